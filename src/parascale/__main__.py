@@ -1,0 +1,5 @@
+import sys
+
+from parascale.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Scaling studies: planning (DLBS-style parameters, variables and extensions) and running."""

@@ -1,0 +1,226 @@
+"""The training configuration: one validated dataclass, every field documented.
+
+Validation happens in the launching process, before anything is written or any worker starts,
+so that bad input costs the user one clear line (exit code 2) and nothing else.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from parascale.errors import UsageError
+
+LR_SCALINGS = ("none", "linear", "sqrt")
+PRECISIONS = ("fp32", "bf16", "fp16")
+BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. Field names are the CLI's option names."""
+
+    model: str = "smallcnn"
+    """Registered model name (see `parascale.models.names()`), a torchvision classification model
+    name, or `package.module:function` returning an nn.Module."""
+    dataset: str = "digits"
+    """Registered dataset name: synthetic, digits, cifar10, mnist, fashion-mnist, imagefolder."""
+    data_dir: str | None = None
+    """Folder holding the dataset files (cifar10, mnist, fashion-mnist, imagefolder)."""
+    download: bool = False
+    """Let torchvision download the dataset into data_dir (needs internet)."""
+    image_size: int | None = None
+    """Resize images to this many pixels square (the BSC study trains CIFAR-10 at 128)."""
+    synthetic_shape: tuple[int, int, int] = (3, 32, 32)
+    """Sample shape (C, H, W) of the synthetic dataset."""
+    synthetic_size: int = 2048
+    """Number of training samples in the synthetic dataset (the test split is a quarter of it)."""
+    num_classes: int = 10
+    """Class count of the synthetic dataset (real datasets know their own)."""
+
+    workers: int | None = None
+    """CPU worker processes on this machine; default one per core. With --gpus, one per GPU."""
+    gpus: tuple[int, ...] | None = None
+    """CUDA device indices, one worker each (e.g. 0,1,2,3)."""
+    device: str = "auto"
+    """auto | cpu | cuda. auto: cuda when --gpus is given, or under torchrun/srun with CUDA present."""
+    backend: str = "auto"
+    """auto | gloo | nccl. auto: nccl on CUDA, gloo on CPU."""
+
+    batch_size: int | None = None
+    """Per-device batch. Give this or global_batch, not both; the other is derived."""
+    global_batch: int | None = None
+    """Effective batch over all workers (and accumulation steps)."""
+    accumulate: int = 1
+    """Micro-batches accumulated per optimizer step (the allreduce runs only on the last)."""
+    epochs: int | None = None
+    """Passes over the training set. Give this or steps; default 3 epochs."""
+    steps: int | None = None
+    """Optimizer steps in total, instead of epochs."""
+
+    lr: float = 0.05
+    """Learning rate at base_batch; the effective rate follows lr_scaling."""
+    lr_scaling: str = "none"
+    """none | linear | sqrt: scale lr by (global_batch / base_batch) or its square root."""
+    base_batch: int | None = None
+    """The batch at which lr was tuned; default the per-device batch (so linear = lr x workers)."""
+    warmup_epochs: float = 0.0
+    """Gradual warm-up: the rate rises linearly from lr to the effective rate over this many epochs."""
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 0
+    """Seeds model initialisation and data order, identical on every rank."""
+
+    precision: str = "fp32"
+    """fp32 | bf16 | fp16 (autocast; fp16 with a gradient scaler)."""
+    sync_batchnorm: bool = False
+    """Convert BatchNorm layers to SyncBatchNorm (statistics over the global batch)."""
+    loader_workers: int = 0
+    """DataLoader worker processes per rank (only for datasets read from files per sample)."""
+    compile: bool = False
+    """Wrap the model in torch.compile."""
+
+    sync: str = "allreduce"
+    """Synchronisation strategy (see `parascale.sync.names()`)."""
+    bucket_mb: float = 25.0
+    """DDP bucket size in MiB for the allreduce strategy."""
+    sync_options: dict[str, Any] = field(default_factory=dict)
+    """Strategy-specific options (e.g. period for local SGD)."""
+
+    target_accuracy: float | None = None
+    """Record time-to-accuracy: wall time and epochs until test accuracy first reaches this."""
+    stop_at_target: bool = False
+    """Stop training once target_accuracy is reached."""
+    eval_every: int = 1
+    """Evaluate on the test set every this many epochs (and always after the last)."""
+
+    timeout: float = 300.0
+    """Seconds a collective may wait before the job is declared stuck (torch's default is 30 min)."""
+    out: str | None = None
+    """Folder for record.json and model.pt; nothing is written outside it."""
+    save_model: bool = True
+    """Write out/model.pt (the final state_dict, saved by rank 0)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for key in ("synthetic_shape", "gpus"):
+            if data[key] is not None:
+                data[key] = list(data[key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(
+                f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        data = dict(data)
+        for key in ("synthetic_shape", "gpus"):
+            if data.get(key) is not None:
+                data[key] = tuple(int(v) for v in data[key])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Numbers computed once from a config and the world size, printed at start and recorded."""
+
+    world_size: int
+    per_device_batch: int
+    global_batch: int
+    effective_lr: float
+    base_batch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _positive(name: str, value, allow_none: bool = True, kind=int) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
+        raise UsageError(f"--{name.replace('_', '-')} must be a positive {kind.__name__}, got {value!r}")
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check values that need no world: sizes, choices, exclusive options."""
+    for name in ("workers", "batch_size", "global_batch", "epochs", "steps", "base_batch",
+                 "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
+        _positive(name, getattr(cfg, name))
+    for name in ("lr", "timeout", "bucket_mb"):
+        _positive(name, float(getattr(cfg, name)), kind=float)
+    if cfg.batch_size is not None and cfg.global_batch is not None:
+        raise UsageError("give --batch-size (per device) or --global-batch, not both")
+    if cfg.epochs is not None and cfg.steps is not None:
+        raise UsageError("give --epochs or --steps, not both")
+    for name, choices in (("lr_scaling", LR_SCALINGS), ("precision", PRECISIONS),
+                          ("backend", BACKENDS), ("device", DEVICES)):
+        if getattr(cfg, name) not in choices:
+            raise UsageError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
+                             f"got {getattr(cfg, name)!r}")
+    if cfg.momentum < 0 or cfg.weight_decay < 0 or cfg.warmup_epochs < 0:
+        raise UsageError("--momentum, --weight-decay and --warmup-epochs must not be negative")
+    if cfg.loader_workers < 0:
+        raise UsageError(f"--loader-workers must be 0 or more, got {cfg.loader_workers}")
+    if cfg.target_accuracy is not None and not 0 < cfg.target_accuracy <= 1:
+        raise UsageError(f"--target-accuracy is a fraction in (0, 1], got {cfg.target_accuracy}")
+    if cfg.stop_at_target and cfg.target_accuracy is None:
+        raise UsageError("--stop-at-target needs --target-accuracy")
+    if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:
+        raise UsageError(f"--synthetic-shape is C,H,W with positive sizes, got {cfg.synthetic_shape}")
+    if cfg.gpus is not None:
+        if cfg.workers is not None and cfg.workers != len(cfg.gpus):
+            raise UsageError(f"--workers {cfg.workers} does not match --gpus "
+                             f"{','.join(map(str, cfg.gpus))} (one worker per GPU)")
+        if len(set(cfg.gpus)) != len(cfg.gpus) or min(cfg.gpus) < 0:
+            raise UsageError(f"--gpus must list distinct device indices, got {cfg.gpus}")
+        if cfg.device == "cpu":
+            raise UsageError("--gpus conflicts with --device cpu")
+
+
+def resolve_lr(lr: float, rule: str, global_batch: int, base_batch: int) -> float:
+    """The learning rate after the scaling rule (Goyal et al.: linear; Krizhevsky: sqrt)."""
+    ratio = global_batch / base_batch
+    if rule == "linear":
+        return lr * ratio
+    if rule == "sqrt":
+        return lr * math.sqrt(ratio)
+    return lr
+
+
+def derive(cfg: TrainConfig, world_size: int) -> Derived:
+    """Per-device and effective batch, and the effective learning rate, for this world size."""
+    micro = world_size * cfg.accumulate
+    if cfg.global_batch is not None:
+        if cfg.global_batch % micro:
+            raise UsageError(
+                f"--global-batch {cfg.global_batch} does not divide by {world_size} workers"
+                + (f" x {cfg.accumulate} accumulation steps" if cfg.accumulate > 1 else "")
+                + f"; try {max(micro, cfg.global_batch // micro * micro)}"
+            )
+        per_device = cfg.global_batch // micro
+        global_batch = cfg.global_batch
+    else:
+        per_device = cfg.batch_size or 32
+        global_batch = per_device * micro
+    base = cfg.base_batch or per_device
+    return Derived(
+        world_size=world_size,
+        per_device_batch=per_device,
+        global_batch=global_batch,
+        effective_lr=resolve_lr(cfg.lr, cfg.lr_scaling, global_batch, base),
+        base_batch=base,
+    )

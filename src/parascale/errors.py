@@ -1,0 +1,17 @@
+"""Errors that the command line turns into one clear line and exit code 2."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: the message says what is wrong and what would be right.
+
+    Raised before anything is written or any process starts; the CLI prints it as one line
+    (``parascale: error: <message>``) and exits with code 2.
+    """
+
+
+class WorkerFailure(RuntimeError):
+    """A training worker raised, died or stalled. The message names the rank and the cause."""
+
+    def __init__(self, message: str, rank: int | None = None):
+        super().__init__(message)
+        self.rank = rank

@@ -1,0 +1,58 @@
+"""``parascale report``: tables, plots and one HTML page from run records, never re-running anything.
+
+Public API:
+
+- :func:`load_records` reads STUDY folders or record files into records plus problems;
+- :func:`summary_rows` turns records into table rows (pure; see :mod:`.tables` for every formula);
+- :func:`format_terminal` prints them;
+- :func:`write_report` writes report.html, summary.csv, summary.md and the plots (PNG and SVG),
+  each file atomically, and returns the path of report.html.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from parascale.errors import UsageError
+from parascale.report.files import atomic_write_text
+from parascale.report.html import render_html
+from parascale.report.load import Loaded, Problem, RunRecord, load_records
+from parascale.report.plots import Plot, make_plots, write_plots
+from parascale.report.tables import Row, format_csv, format_markdown, format_terminal, summary_rows
+
+__all__ = ["Loaded", "Problem", "Row", "RunRecord", "Plot", "default_out_dir", "format_terminal",
+           "load_records", "summary_rows", "write_report", "write_loaded"]
+
+
+def default_out_dir(study: Path) -> Path:
+    """STUDY/report; for a record file, the report folder next to it."""
+    study = Path(study)
+    return (study.parent if study.is_file() else study) / "report"
+
+
+def write_report(study_paths: list[Path], out_dir: Path | None = None) -> Path:
+    """Load the studies and write the whole report into ``out_dir`` (default: first STUDY/report).
+
+    Raises UsageError, before writing anything, when a path does not exist or holds no record.
+    """
+    if not study_paths:
+        raise UsageError("report: give at least one STUDY folder or record.json file")
+    loaded = load_records(study_paths)
+    return write_loaded(loaded, Path(out_dir) if out_dir else default_out_dir(study_paths[0]))
+
+
+def write_loaded(loaded: Loaded, out_dir: Path) -> Path:
+    """Write every output for already loaded records; report.html last, so it implies the rest."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"report: --out {out_dir} exists and is not a folder")
+    rows = summary_rows(loaded.records)
+    unfinished, problems = loaded.unfinished, loaded.problems
+    plots = make_plots(rows)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out_dir / "summary.csv", format_csv(rows, unfinished, problems))
+        atomic_write_text(out_dir / "summary.md", format_markdown(rows, unfinished, problems))
+        write_plots(plots, out_dir)
+        files = ["summary.csv", "summary.md"] + [f"{p.name}.{ext}" for p in plots for ext in ("png", "svg")]
+        return atomic_write_text(out_dir / "report.html", render_html(loaded, rows, plots, files))
+    except OSError as exc:
+        raise UsageError(f"report: cannot write to {out_dir}: {exc.strerror or exc}") from exc

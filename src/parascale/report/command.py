@@ -1,0 +1,42 @@
+"""The ``parascale report`` subcommand: argument parsing and printing; the work is in the package."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from parascale.report import default_out_dir, format_terminal, load_records, summary_rows, write_loaded
+
+DESCRIPTION = """\
+Read the run records of one or more studies (never re-running anything) and write report.html
+(one self-contained page), summary.csv, summary.md and plots (PNG and SVG) into DIR.
+
+STUDY is a study folder (runs/<config>/record.json), a 'parascale train --out' folder
+(record.json), a folder of such folders, or a record.json file. Several STUDY arguments are
+overlaid as separate series. Failed, out-of-memory, skipped and unreadable runs are listed with
+their reasons. Speedup S = N_ref*X_N/X_ref (X = global samples/s, reference = 1 worker or the
+smallest N), efficiency E = S/N, never capped at 100%.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``report`` to the parascale command line."""
+    parser = subparsers.add_parser(
+        "report", help="tables, plots and an HTML page from the run records of studies",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("studies", nargs="+", type=Path, metavar="STUDY",
+                        help="study folder, train --out folder, or record.json file")
+    parser.add_argument("--out", type=Path, metavar="DIR", default=None,
+                        help="where to write the report (default: the first STUDY's report/ folder)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load first (bad input raises UsageError with nothing written), then write and print."""
+    loaded = load_records(args.studies)
+    out_dir = args.out or default_out_dir(args.studies[0])
+    html = write_loaded(loaded, out_dir)
+    print(format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems))
+    print()
+    print(f"report: {html}")
+    return 0

@@ -1,0 +1,39 @@
+"""Atomic file output for the report.
+
+A report folder is read by people and by scripts while studies are still running, so a file
+there is either the previous complete version or the new complete version, never a torn one:
+write a temporary file in the same folder (same filesystem, so the rename is atomic), flush and
+fsync it, then ``os.replace`` it over the target.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, nothing between."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        # never leave the temporary behind, whatever interrupted us
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    """UTF-8 text version of :func:`atomic_write_bytes`."""
+    return atomic_write_bytes(path, text.encode("utf-8"))

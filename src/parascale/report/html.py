@@ -1,0 +1,182 @@
+"""The report page: one self-contained HTML file a person reads top to bottom.
+
+Order: what was run (configurations, environment), how it scaled in one sentence per series,
+the tables, the plots, then everything that did not finish. Images are embedded as data: URIs
+so the file can be mailed or attached to an issue on its own. Every piece of text that comes from
+a record (model names, reasons, host names...) goes through :func:`html.escape`: records are
+written by other programs and must not be able to inject markup or script into the page.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+from collections import defaultdict
+from html import escape
+from typing import Any, Iterable
+
+import parascale
+from parascale.report.load import Loaded, RunRecord
+from parascale.report.plots import Plot
+from parascale.report.tables import HEADERS, Row, cells, group_title, grouped, reference_note, sentences
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;
+     padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
+th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right;vertical-align:top}
+th{background:#f4f4f4}table.results td{white-space:nowrap}td.text,th.text{text-align:left;white-space:normal}
+.wide{overflow-x:auto}
+.note{color:#555;font-size:.9em;margin:.2em 0}.bad{color:#a40000}
+figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{color:#555;font-size:.9em}
+"""
+
+ENV_KEYS = ["python", "torch", "torchvision", "parascale", "backend", "device_type", "cpu_model",
+            "cpu_count", "hosts", "launcher", "git_revision"]
+
+DEFINITIONS = [
+    ("X_N", "global steady throughput: training samples per second over all N workers, total "
+            "samples divided by the slowest worker's time, warm-up (first) epoch excluded"),
+    ("per device", "X_N / N"),
+    ("speedup S", "N_ref · X_N / X_ref; the reference is the 1-worker run, or the smallest N "
+                  "measured when there is none (then said under the table)"),
+    ("efficiency E", "S / N. Weak scaling (per-device batch fixed): E = t1/tN; strong scaling "
+                     "(global batch fixed): E = t1/(N·tN), t = time per step. Not capped at "
+                     "100%: super-linear results are shown as measured"),
+    ("sync cost", "1 − X_sync / X_baseline, where the baseline ran the same processes without "
+                  "exchanging gradients; in brackets the extra median time per step"),
+    ("step p50 / p95", "median and 95th percentile of per-step time over every rank"),
+    ("test acc", "test accuracy after the last epoch"),
+    ("time to acc", "training time until the target test accuracy was first reached, and at "
+                    "which epoch; 'not reached' when it never was, '—' when no target was set"),
+    ("runs", "repeats behind the figures: medians shown, min–max in brackets"),
+]
+
+
+def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
+                files: Iterable[str] = ()) -> str:
+    """The whole page as a string; pure, so tests can check it without a browser."""
+    studies = ", ".join(s.label for s in loaded.sources)
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Scaling report: {escape(studies)}</title><style>{CSS}</style></head><body>",
+        f"<h1>Scaling report: {escape(studies)}</h1>",
+        f'<p class="note">Made by parascale {escape(parascale.__version__)} on {now} from '
+        f"{len(loaded.records)} run records ({len(loaded.ok)} finished); nothing was re-run.</p>",
+        "<h2>Summary</h2>", _sentences(rows, loaded.unfinished),
+        "<h2>What was run</h2>", _configurations(loaded), "<h3>Environment</h3>", _environment(loaded),
+        "<h2>Results</h2>", _tables(rows), "<h3>How to read the tables</h3>", _definitions(),
+        "<h2>Plots</h2>", _plots(plots),
+        "<h2>Not finished or unreadable</h2>", _issues(loaded),
+    ]
+    if files:
+        links = ", ".join(f'<a href="{escape(f)}">{escape(f)}</a>' for f in files)
+        parts.append(f'<p class="note">Also written next to this page: {links}.</p>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _sentences(rows: list[Row], unfinished: list[RunRecord]) -> str:
+    items = sentences(rows, unfinished)
+    if not items:
+        return "<p>No run finished, so there is nothing to compare.</p>"
+    return "<ul>" + "".join(f"<li>{escape(s)}</li>" for s in items) + "</ul>"
+
+
+def _table(headers: list[str], body: list[list[Any]], text_columns: int = 0, cls: str = "") -> str:
+    """An HTML table; the first ``text_columns`` columns are left-aligned words, the rest numbers."""
+    def cell(tag: str, i: int, value: Any) -> str:
+        cls = ' class="text"' if i < text_columns else ""
+        return f"<{tag}{cls}>{escape(str(value))}</{tag}>"
+    head = "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(headers)) + "</tr>"
+    lines = ["<tr>" + "".join(cell("td", i, v) for i, v in enumerate(line)) + "</tr>" for line in body]
+    return f'<div class="wide"><table class="{cls}">' + head + "".join(lines) + "</table></div>"
+
+
+def _configurations(loaded: Loaded) -> str:
+    """One line per series and status: what a reader needs to reproduce or question the study."""
+    seen: dict[tuple, list[RunRecord]] = defaultdict(list)
+    for r in loaded.records:
+        seen[(r.study, r.model, r.dataset, r.scaling or "—", r.sync, r.baseline)].append(r)
+    body = []
+    for (study, model, dataset, scaling, sync, baseline), records in seen.items():
+        statuses = defaultdict(int)
+        for r in records:
+            statuses[r.status] += 1
+        body.append([study, model + (" (baseline: no gradient exchange)" if baseline else ""),
+                     dataset, scaling, sync, _distinct(r.workers for r in records),
+                     _distinct(r.get("derived", "per_device_batch") for r in records),
+                     _distinct(r.get("derived", "global_batch") for r in records),
+                     _distinct(r.get("config", "epochs") for r in records),
+                     _distinct(r.get("config", "lr") for r in records),
+                     " · ".join(_distinct(r.get("config", k) for r in records)
+                                for k in ("device", "backend", "precision")),
+                     ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))])
+    headers = ["study", "model", "dataset", "scaling", "sync", "workers N", "per-device batch",
+               "global batch", "epochs", "lr", "device · backend · precision", "runs"]
+    return _table(headers, body, text_columns=5)
+
+
+def _environment(loaded: Loaded) -> str:
+    records = loaded.ok or loaded.records
+    body = [[key, _distinct(r.get("environment", key) for r in records)] for key in ENV_KEYS]
+    starts = sorted(str(r.get("environment", "start_time")) for r in records
+                    if r.get("environment", "start_time"))
+    if starts:
+        body.append(["runs started", starts[0] if len(starts) == 1 else f"{starts[0]} to {starts[-1]}"])
+    return _table(["", "value (all distinct values across runs)"], body, text_columns=2)
+
+
+def _distinct(values: Iterable[Any]) -> str:
+    """Distinct values joined (numbers ascending, text first-seen); lists (hosts) flattened."""
+    out: list[Any] = []
+    for value in values:
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and v not in out:
+                out.append(v)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in out):
+        out.sort()
+    return ", ".join(str(v) for v in out) if out else "—"
+
+
+def _tables(rows: list[Row]) -> str:
+    groups = grouped(rows)
+    if not groups:
+        return "<p>No run finished, so there are no tables.</p>"
+    parts = []
+    for key, group in groups.items():
+        parts.append(f"<h3>{escape(group_title(key, group, groups))}</h3>")
+        parts.append(f'<p class="note">{escape(reference_note(group))}</p>')
+        parts.append(_table(HEADERS, [cells(r) for r in group], cls="results"))
+    return "\n".join(parts)
+
+
+def _definitions() -> str:
+    items = "".join(f"<dt><b>{escape(t)}</b></dt><dd>{escape(d)}</dd>" for t, d in DEFINITIONS)
+    return f"<dl>{items}</dl>"
+
+
+def _plots(plots: list[Plot]) -> str:
+    if not plots:
+        return "<p>No run finished, so there are no plots.</p>"
+    parts = []
+    for plot in plots:
+        data = base64.b64encode(plot.png).decode("ascii")
+        parts.append(
+            f'<figure id="{escape(plot.name)}"><img src="data:image/png;base64,{data}" '
+            f'alt="{escape(plot.title)}"><figcaption><b>{escape(plot.title)}.</b> '
+            f"{escape(plot.caption)} Files: {escape(plot.name)}.png, {escape(plot.name)}.svg."
+            "</figcaption></figure>")
+    return "\n".join(parts)
+
+
+def _issues(loaded: Loaded) -> str:
+    body = [[r.study, r.describe(), r.status, r.reason, str(r.path)] for r in loaded.unfinished]
+    body += [[p.study, "—", p.kind, p.reason, str(p.path)] for p in loaded.problems]
+    if not body:
+        return "<p>Every configuration finished and every file was readable.</p>"
+    return ('<p class="bad">These contributed no numbers to the tables and plots:</p>'
+            + _table(["study", "configuration", "status", "reason", "file"], body, text_columns=5))

@@ -1,0 +1,140 @@
+"""The report page: escaping, embedded images, and a real load in headless Chromium."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from parascale.report import write_report
+from test_report_tables import record, write_study
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EVIL = "<script>alert('x')</script>"
+
+# Injected into a test copy only (the report itself runs no script): records uncaught errors,
+# failed resource loads and console.error calls, then checks that every image decoded.
+PROBE = """<script>
+window.__errors = [];
+window.addEventListener('error', function (e) {
+  window.__errors.push(e.message || ('failed to load ' + (e.target && e.target.tagName)));
+}, true);
+var __consoleError = console.error;
+console.error = function () {
+  window.__errors.push([].join.call(arguments, ' '));
+  __consoleError.apply(console, arguments);
+};
+window.addEventListener('load', function () {
+  var images = Array.prototype.slice.call(document.images);
+  var out = document.createElement('pre');
+  out.id = 'probe';
+  out.textContent = JSON.stringify({
+    images: images.length,
+    undecoded: images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); }).length,
+    errors: window.__errors});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    """A two-model study with a hostile model name, a failure with a hostile reason, and junk."""
+    folder = tmp_path_factory.mktemp("html")
+    recs = [record(n, 1000.0 * n * e, model=EVIL) for n, e in ((1, 1.0), (2, 0.9), (4, 0.8))]
+    recs += [record(n, 100.0 * n * e, model="resnet152") for n, e in ((1, 1.0), (2, 0.95))]
+    recs += [record(8, model="resnet152", status="failed", reason="rank 1: <img src=x onerror=alert(1)>")]
+    study = write_study(folder / "study", recs)
+    (study / "runs" / "junk").mkdir()
+    (study / "runs" / "junk" / "record.json").write_text("not json & <b>bold</b>")
+    return write_report([study])
+
+
+def test_user_text_is_escaped(report):
+    page = report.read_text()
+    assert EVIL not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<script" not in page  # the report runs no script at all
+
+
+def test_page_says_what_was_run_and_what_failed(report):
+    page = report.read_text()
+    for text in ("What was run", "Environment", "Test CPU", "Results", "Plots",
+                 "E = t1/tN (t = time per step, per-device batch fixed)",
+                 "resnet152 on digits, weak scaling: 2 workers reach 1.90× the throughput of 1 "
+                 "(efficiency 95%). Not finished: N=8 (failed).",
+                 "Not finished or unreadable", "unreadable: JSONDecodeError"):
+        assert text in page, text
+
+
+def test_images_are_embedded_png_data_uris(report):
+    page = report.read_text()
+    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(images) == 7  # six scaling plots and the comparison of the two models
+    for data in images:
+        assert base64.b64decode(data)[:8] == PNG_MAGIC
+    for name in ("summary.csv", "summary.md", "throughput.png", "comparison.svg"):
+        assert (report.parent / name).stat().st_size > 0
+
+
+# ---- headless Chromium ------------------------------------------------------------------------
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is required in CI (apt-get install chromium)")
+        pytest.skip("chromium not installed")
+    return path
+
+
+def _run_chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+               "--virtual-time-budget=5000", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _probe(page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
+    """Load a probed copy of ``page``; return the probe's findings and Chromium's console lines."""
+    html = page.read_text()
+    probed = tmp_path / "probed.html"
+    probed.write_text(html.replace('<meta charset="utf-8">', '<meta charset="utf-8">' + PROBE, 1))
+    result = _run_chromium(tmp_path / "profile-probe", "--dump-dom", probed.as_uri())
+    found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
+    assert found, f"page never finished loading: {result.stderr[-2000:]}"
+    findings = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    return findings, console
+
+
+def test_page_loads_in_chromium_without_errors_and_renders(report, tmp_path):
+    findings, console = _probe(report, tmp_path)
+    assert findings == {"images": 7, "undecoded": 0, "errors": []}
+    assert console == []
+    shot = tmp_path / "screenshot.png"
+    result = _run_chromium(tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000",
+                           "--hide-scrollbars", report.as_uri())
+    assert shot.exists(), result.stderr[-2000:]
+    assert shot.read_bytes()[:8] == PNG_MAGIC and shot.stat().st_size > 20_000
+    if os.environ.get("PARASCALE_KEEP_SCREENSHOT"):  # for a person to look at
+        shutil.copy(shot, os.environ["PARASCALE_KEEP_SCREENSHOT"])
+
+
+def test_chromium_probe_catches_broken_images_and_script_errors(tmp_path):
+    """The check above is only worth something if it fails on a broken page."""
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>'
+                   '<img src="data:image/png;base64,AAAA"><script>undefinedFunction();</script>'
+                   "</body></html>")
+    findings, console = _probe(bad, tmp_path)
+    assert findings["images"] == 1 and findings["undecoded"] == 1
+    assert any("undefinedFunction" in e for e in findings["errors"])
+    assert any("Uncaught" in line for line in console)

@@ -1,0 +1,327 @@
+"""Report tables against hand computations on fixed records (no training: records are written here).
+
+The record helpers below are also imported by test_report_plots.py and test_report_html.py.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parascale.errors import UsageError
+from parascale.report import format_terminal, load_records, summary_rows, write_report
+from parascale.report import command
+from parascale.report.tables import format_csv, format_markdown, sentences
+
+
+# ---- helpers: records in the documented schema (docs/record.md) --------------------------------
+
+def record(workers: int, throughput: float | None = None, *, epoch_time: float | None = None,
+           model: str = "smallcnn", dataset: str = "digits", scaling: str | None = "weak",
+           sync: str = "allreduce", status: str = "ok", reason: str | None = None,
+           baseline: bool = False, repeat: int = 0, batch: int = 32, global_batch: int | None = None,
+           step_p50: float | None = None, step_p95: float | None = None, accuracy: float = 0.9,
+           tta: dict | None = None, epochs: int = 3, study: bool = True) -> dict[str, Any]:
+    """A parascale.run/1 record. Give throughput or epoch_time; the other follows from 1,400 samples."""
+    samples = 1400
+    if throughput is None and epoch_time is None:  # unfinished runs carry no figures anyway
+        throughput = 1.0
+    if throughput is None:
+        throughput = samples / epoch_time
+    if epoch_time is None:
+        epoch_time = samples / throughput
+    global_batch = global_batch or batch * workers
+    step = step_p50 if step_p50 is not None else global_batch / throughput
+    epoch_list = [{
+        "epoch": e, "warmup": e == 1, "wall_time_s": epoch_time * (1.5 if e == 1 else 1),
+        "wall_time_s_per_rank": [epoch_time] * workers, "samples": samples,
+        "throughput": throughput, "train_loss": 1.0 / e, "test_loss": 1.0 / e,
+        "test_accuracy": accuracy * (0.7 + 0.3 * e / epochs), "elapsed_s": epoch_time * (e + 0.5),
+        "lr": 0.05,
+    } for e in range(1, epochs + 1)]
+    data: dict[str, Any] = {
+        "schema": "parascale.run/1", "status": status, "reason": reason,
+        "config": {"model": model, "dataset": dataset, "data_dir": None, "workers": workers,
+                   "device": "cpu", "backend": "gloo", "batch_size": batch,
+                   "global_batch": global_batch, "epochs": epochs, "lr": 0.05,
+                   "precision": "fp32", "sync": sync, "target_accuracy": None},
+        "derived": {"world_size": workers, "per_device_batch": global_batch // workers,
+                    "global_batch": global_batch, "effective_lr": 0.05, "steps_per_epoch": 22,
+                    "train_samples": samples, "test_samples": 360, "threads_per_worker": 1},
+        "environment": {"python": "3.11.7", "torch": "2.14.1", "parascale": "0.1.0",
+                        "backend": "gloo", "device_type": "cpu", "devices": ["cpu"] * workers,
+                        "cpu_model": "Test CPU", "cpu_count": 8, "hosts": ["node1"],
+                        "launcher": "local", "git_revision": None,
+                        "start_time": "2026-11-22T09:30:00+00:00"},
+        "epochs": epoch_list,
+        "steps": {"count": 40 * workers, "excluded": "epoch 1 (warm-up)",
+                  "phases": {"step": {"p50": step, "p95": step_p95 or step * 1.2,
+                                      "max": step * 1.5, "mean": step * 1.05}},
+                  "per_rank": [{"rank": r, "step_p50_s": step * (1 + 0.02 * r),
+                                "step_p95_s": step * 1.2} for r in range(workers)]},
+        "memory": {"kind": "cpu_max_rss", "peak_bytes_per_rank": [10**8] * workers},
+        "time_to_accuracy": tta,
+        "summary": {"total_time_s": epoch_time * epochs * 1.2, "steady_epoch_time_s": epoch_time,
+                    "steady_throughput": throughput, "final_test_accuracy": accuracy,
+                    "final_test_loss": 0.3, "final_train_loss": 0.3},
+        "study": {"name": "study", "config_id": re.sub(r"[^\w.-]", "_", model)
+                  + f"-{scaling}-{sync}-n{workers}-r{repeat}{'-b' if baseline else ''}",
+                  "scaling": scaling, "repeat": repeat, "baseline": baseline} if study else None,
+    }
+    if status != "ok":  # an unfinished run has no figures
+        data.update(epochs=[], steps=None, summary=None)
+    return data
+
+
+def write_study(folder: Path, records: list[dict[str, Any]]) -> Path:
+    """A bench-style study folder: runs/<config_id>/record.json."""
+    for i, rec in enumerate(records):
+        config_id = rec["study"]["config_id"] if rec.get("study") else f"run{i}"
+        path = folder / "runs" / config_id / "record.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+    return folder
+
+
+def rows_for(tmp_path: Path, records: list[dict[str, Any]]):
+    return summary_rows(load_records([write_study(tmp_path / "study", records)]).records)
+
+
+def by_n(rows) -> dict:
+    return {r.workers: r for r in rows}
+
+
+# ---- speedup and efficiency -------------------------------------------------------------------
+
+def test_weak_scaling_matches_dlbs_published_example(tmp_path):
+    # DLBS ResNet50, batch 16 per GPU: batch times 913.44 / 1029.24 / 1065.12 ms,
+    # efficiency 100 / 88.74 / 85.75 %
+    times = {1: 0.91344, 2: 1.02924, 4: 1.06512}
+    rows = by_n(rows_for(tmp_path, [record(n, n * 16 / t, batch=16) for n, t in times.items()]))
+    assert rows[2].efficiency == pytest.approx(0.91344 / 1.02924)
+    assert round(100 * rows[2].efficiency, 2) == 88.75  # DLBS truncates to 88.74
+    assert round(100 * rows[4].efficiency, 2) == 85.76  # DLBS: 85.75
+    assert rows[2].speedup == pytest.approx(2 * 0.91344 / 1.02924)
+    assert rows[4].per_device_throughput == pytest.approx(16 / 1.06512)
+    assert rows[1].speedup == 1 and rows[1].efficiency == 1
+    assert rows[2].formula == "E = t1/tN (t = time per step, per-device batch fixed)"
+
+
+def test_strong_scaling_matches_bsc_epoch_times(tmp_path):
+    # BSC ResNet50V2: 14 / 8 / 5 s per epoch on 1 / 2 / 4 GPUs -> efficiency 87.5 / 70 %
+    recs = [record(n, epoch_time=t, scaling="strong", global_batch=256)
+            for n, t in {1: 14.0, 2: 8.0, 4: 5.0}.items()]
+    rows = by_n(rows_for(tmp_path, recs))
+    assert rows[2].efficiency == pytest.approx(0.875)
+    assert rows[4].efficiency == pytest.approx(0.70)
+    assert rows[4].speedup == pytest.approx(14 / 5)
+    assert rows[4].epoch_time_s == pytest.approx(5.0)
+    assert rows[4].formula == "E = t1/(N·tN) (t = time per step, global batch fixed)"
+
+
+def test_super_linear_is_not_capped(tmp_path):
+    rows = by_n(rows_for(tmp_path, [record(1, 100.0), record(2, 250.0)]))
+    assert rows[2].speedup == pytest.approx(2.5)
+    assert rows[2].efficiency == pytest.approx(1.25)
+    text = format_terminal(list(rows.values()))
+    assert "125.0%" in text
+    [sentence] = sentences(list(rows.values()))
+    assert "2 workers reach 2.50× the throughput of 1 (efficiency 125%)" in sentence
+    assert "Super-linear" in sentence
+
+
+def test_reference_is_smallest_n_without_a_one_worker_run(tmp_path):
+    rows = by_n(rows_for(tmp_path, [record(2, 200.0), record(4, 360.0), record(8, 640.0)]))
+    assert {r.reference_workers for r in rows.values()} == {2}
+    assert rows[2].speedup == pytest.approx(2.0) and rows[2].efficiency == pytest.approx(1.0)
+    assert rows[4].speedup == pytest.approx(2 * 360 / 200)
+    assert rows[8].efficiency == pytest.approx(2 * 640 / 200 / 8)
+    assert "relative to 2 workers" in format_terminal(list(rows.values()))
+    [sentence] = sentences(list(rows.values()))
+    assert "8 workers reach 3.20× the throughput of 2 (efficiency 80% relative to 2 workers)" in sentence
+
+
+def test_low_efficiency_gets_a_note(tmp_path):
+    rows = rows_for(tmp_path, [record(1, 100.0), record(4, 160.0)])
+    [sentence] = sentences(rows)
+    assert "efficiency 40%" in sentence and "Below 50%" in sentence
+
+
+def test_repeats_use_median_and_show_spread(tmp_path):
+    recs = [record(1, x, repeat=i) for i, x in enumerate([100.0, 110.0, 90.0])]
+    recs += [record(2, x, repeat=i) for i, x in enumerate([180.0, 170.0, 200.0])]
+    rows = by_n(rows_for(tmp_path, recs))
+    assert rows[1].runs == 3 and rows[1].throughput == 100.0
+    assert (rows[1].throughput_min, rows[1].throughput_max) == (90.0, 110.0)
+    assert rows[2].throughput == 180.0 and rows[2].speedup == pytest.approx(1.8)
+    assert rows[2].epoch_time_s == pytest.approx(1400 / 180)
+    assert rows[2].epoch_time_min_s == pytest.approx(1400 / 200)
+    line = [ln for ln in format_terminal(list(rows.values())).splitlines() if ln.strip().startswith("2 ")][0]
+    assert "180 (170–200)" in line and " 3 " in line
+
+
+def test_sync_cost_against_baseline(tmp_path):
+    recs = [record(1, 100.0), record(2, 180.0, step_p50=0.020),
+            record(2, 200.0, baseline=True, step_p50=0.018)]
+    rows = rows_for(tmp_path, recs)
+    assert [r.workers for r in rows] == [1, 2]  # the baseline is not a scaling row
+    two = by_n(rows)[2]
+    assert two.sync_cost == pytest.approx(0.10)
+    assert two.sync_step_delta_s == pytest.approx(0.002)
+    assert by_n(rows)[1].sync_cost is None
+    assert "10.0% (+2.0 ms/step)" in format_terminal(rows)
+    assert "Gradient exchange costs 10% of throughput at N=2" in sentences(rows)[0]
+
+
+def test_step_accuracy_and_time_to_accuracy(tmp_path):
+    recs = [record(1, 100.0, step_p50=0.30, step_p95=0.45, accuracy=0.93,
+                   tta={"target": 0.9, "reached": True, "epoch": 3, "elapsed_s": 4.2}),
+            record(2, 190.0, tta={"target": 0.9, "reached": False, "epoch": None, "elapsed_s": None}),
+            record(4, 300.0)]
+    rows = by_n(rows_for(tmp_path, recs))
+    assert (rows[1].step_p50_s, rows[1].step_p95_s) == (0.30, 0.45)
+    assert rows[1].test_accuracy == 0.93 and rows[1].tta_s == 4.2 and rows[1].tta_epoch == 3
+    text = format_terminal(list(rows.values()))
+    assert "300" in text and "450" in text and "93.0%" in text  # step times shown in ms
+    assert "4.20 s (epoch 3)" in text and "not reached" in text
+
+
+def test_groups_by_model_and_scaling(tmp_path):
+    recs = [record(1, 100.0), record(2, 190.0), record(1, 50.0, model="resnet"),
+            record(2, 60.0, model="resnet"), record(2, 150.0, scaling="strong", global_batch=64)]
+    rows = rows_for(tmp_path, recs)
+    keys = {(r.key.model, r.key.scaling) for r in rows}
+    assert keys == {("smallcnn", "weak"), ("resnet", "weak"), ("smallcnn", "strong")}
+    resnet = {r.workers: r for r in rows if r.key.model == "resnet"}
+    assert resnet[2].efficiency == pytest.approx(60 / 100)
+
+
+# ---- unfinished and unreadable runs -----------------------------------------------------------
+
+def test_failed_oom_skipped_and_junk_are_listed_with_reasons(tmp_path):
+    study = write_study(tmp_path / "study", [
+        record(1, 100.0), record(2, 190.0),
+        record(4, status="oom", reason="cuda:0 out of memory at per-device batch 32"),
+        record(8, status="failed", reason="rank 3: RuntimeError: boom"),
+        record(16, status="skipped", reason="only 8 cores"),
+    ])
+    (study / "runs" / "junk").mkdir()
+    (study / "runs" / "junk" / "record.json").write_text(json.dumps({"hello": "world"}))
+    (study / "runs" / "torn").mkdir()
+    (study / "runs" / "torn" / "record.json").write_text('{"schema": "parascale.run/1", "sta')
+    (study / "runs" / "interrupted").mkdir()
+    loaded = load_records([study])
+    rows = summary_rows(loaded.records)
+    assert [r.workers for r in rows] == [1, 2]
+    assert {r.status for r in loaded.unfinished} == {"oom", "failed", "skipped"}
+    kinds = {p.path.parent.name if p.path.name == "record.json" else p.path.name: p.kind
+             for p in loaded.problems}
+    assert kinds == {"junk": "invalid", "torn": "unreadable", "interrupted": "missing"}
+    text = format_terminal(rows, loaded.unfinished, loaded.problems)
+    for reason in ("out of memory at per-device batch 32", "rank 3: RuntimeError: boom",
+                   "only 8 cores", "not a parascale run record", "unreadable", "did not finish"):
+        assert reason in text
+    table = list(csv.DictReader(io.StringIO(format_csv(rows, loaded.unfinished, loaded.problems))))
+    assert {r["status"] for r in table} == {"ok", "oom", "failed", "skipped", "invalid",
+                                            "unreadable", "missing"}
+    assert "Not finished: N=4 (oom), N=8 (failed), N=16 (skipped)." in sentences(rows, loaded.unfinished)[0]
+
+
+def test_a_group_where_nothing_finished_still_gets_a_sentence(tmp_path):
+    loaded = load_records([write_study(tmp_path / "s", [
+        record(1, 100.0), record(1, model="big", status="oom", reason="no memory")])])
+    said = sentences(summary_rows(loaded.records), loaded.unfinished)
+    assert any(s.startswith("big on digits, weak scaling: no configuration finished") for s in said)
+
+
+def test_ok_record_without_figures_is_a_problem_not_a_crash(tmp_path):
+    bad = record(2, 100.0)
+    bad["summary"]["steady_throughput"] = None
+    loaded = load_records([write_study(tmp_path / "s", [record(1, 100.0), bad])])
+    assert len(loaded.records) == 1
+    assert "summary.steady_throughput" in loaded.problems[0].reason
+
+
+def test_bad_paths_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        load_records([tmp_path / "nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="no run records"):
+        load_records([tmp_path / "empty"])
+    (tmp_path / "x.json").write_text("[1, 2]")
+    with pytest.raises(UsageError, match="not a parascale run record"):
+        load_records([tmp_path / "x.json"])
+
+
+def test_plain_train_outputs_and_record_files(tmp_path):
+    for n, x in ((1, 100.0), (2, 180.0)):
+        (tmp_path / f"n{n}").mkdir()
+        (tmp_path / f"n{n}" / "record.json").write_text(json.dumps(record(n, x, study=False)))
+    # a folder of train outputs, and the same runs named one by one
+    for paths in ([tmp_path], [tmp_path / "n1", tmp_path / "n2" / "record.json"]):
+        loaded = load_records(paths)
+        assert len(loaded.records) == 2
+    rows = by_n(summary_rows(load_records([tmp_path]).records))
+    assert rows[2].mode == "weak" and rows[2].inferred  # per-device batch fixed
+    assert rows[2].efficiency == pytest.approx(0.9)
+
+
+def test_markdown_and_csv(tmp_path):
+    rows = rows_for(tmp_path, [record(1, 100.0, model="a|b"), record(2, 150.0, model="a|b")])
+    md = format_markdown(rows)
+    assert "| workers | runs |" in md and "a\\|b" in md and "75.0%" in md
+    [one, two] = list(csv.DictReader(io.StringIO(format_csv(rows))))
+    assert float(two["efficiency"]) == pytest.approx(0.75)
+    assert float(two["speedup"]) == pytest.approx(1.5)
+    assert two["efficiency_formula"].startswith("E = t1/tN")
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+    return parser.parse_args(argv)
+
+
+def test_command_writes_report_and_prints_table(tmp_path, capsys):
+    study = write_study(tmp_path / "study", [record(1, 100.0), record(2, 190.0)])
+    assert command.run(_parse(["report", str(study)])) == 0
+    out = capsys.readouterr().out
+    assert "95.0%" in out and str(study / "report" / "report.html") in out
+    for name in ("report.html", "summary.csv", "summary.md", "throughput.png", "speedup.svg"):
+        assert (study / "report" / name).stat().st_size > 0
+    assert not list((study / "report").glob(".*tmp"))  # atomic writes leave no temporaries
+
+
+def test_command_bad_input_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError):
+        command.run(_parse(["report", str(tmp_path / "missing"), "--out", str(out)]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError):
+        command.run(_parse(["report", str(tmp_path / "empty"), "--out", str(out)]))
+    assert not out.exists()
+
+
+def test_cli_exit_code_2_on_bad_input(tmp_path, capsys):
+    from parascale.cli.main import main
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err
+
+
+def test_write_report_several_studies_to_explicit_out(tmp_path):
+    a = write_study(tmp_path / "a", [record(1, 100.0), record(2, 190.0)])
+    b = write_study(tmp_path / "b", [record(1, 90.0), record(2, 150.0)])
+    html = write_report([a, b], tmp_path / "both")
+    assert html == tmp_path / "both" / "report.html"
+    table = list(csv.DictReader((tmp_path / "both" / "summary.csv").open()))
+    assert {(r["study"], r["workers"]) for r in table} == {("a", "1"), ("a", "2"), ("b", "1"), ("b", "2")}
+    assert not (a / "report").exists()  # --out given: nothing written next to the studies
