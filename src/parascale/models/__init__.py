@@ -1,0 +1,129 @@
+"""Model registry: a name resolves to a factory; nothing else in parascale knows model types.
+
+A model name is one of
+
+- parascale's own models (:func:`names`): ``mlp``, ``smallcnn``, ``lenet`` (no BatchNorm, so
+  data-parallel runs match one worker exactly) and the CIFAR ResNets ``resnet20/32/56``;
+- a torchvision classification model (``resnet50``, ``vgg16``, ...), built without weights;
+- ``package.module:function``, importable from the current directory or PYTHONPATH, called as
+  ``function(num_classes=K, input_shape=(C, H, W))`` and returning an ``nn.Module``.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from torch import nn
+
+from parascale.errors import UsageError
+from parascale.models.probe import has_batchnorm, probe, remember_name, shape_error, short_cause
+from parascale.models.resnet_cifar import CifarResNet
+from parascale.models.small import MLP, LeNet, SmallCNN
+from parascale.models.tv import build_torchvision, torchvision_names
+from parascale.models.user import build_user, resolve_user
+
+__all__ = ["names", "check", "build", "probe", "has_batchnorm"]
+
+Factory = Callable[[int, tuple[int, int, int]], nn.Module]
+
+
+def _cifar_resnet(depth: int, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    return CifarResNet(depth, num_classes, in_channels=input_shape[0])
+
+
+_REGISTRY: dict[str, Factory] = {
+    "mlp": MLP,
+    "smallcnn": SmallCNN,
+    "lenet": LeNet,
+    "resnet20": partial(_cifar_resnet, 20),
+    "resnet32": partial(_cifar_resnet, 32),
+    "resnet56": partial(_cifar_resnet, 56),
+}
+
+# What an --image-size hint proposes when a model cannot even be built for a shape:
+# parascale's models are sized for small images, torchvision's for ImageNet.
+_OWN_SIZE_HINT = 32
+_TORCHVISION_SIZE_HINT = 224
+
+
+def names() -> list[str]:
+    """parascale's own registered model names."""
+    return list(_REGISTRY)
+
+
+def _closest(name: str) -> str | None:
+    """The known name most like ``name``; ties go to parascale's names, then alphabetical order.
+
+    difflib alone breaks ties by the larger string, which would offer resnet32 for "resnet2".
+    """
+    low = name.lower()
+    candidates = names() + [n for n in torchvision_names() if n not in _REGISTRY]
+    close = difflib.get_close_matches(low, candidates, n=len(candidates), cutoff=0.6)
+
+    def rank(candidate: str) -> tuple[float, bool, str]:
+        ratio = difflib.SequenceMatcher(None, low, candidate).ratio()
+        return (-ratio, candidate not in _REGISTRY, candidate)
+
+    return min(close, key=rank) if close else None
+
+
+def _unknown(name: str) -> UsageError:
+    closest = _closest(name)
+    hint = f" (did you mean {closest!r}?)" if closest else ""
+    return UsageError(
+        f"unknown model {name!r}{hint}; parascale's models are {', '.join(names())}; "
+        "torchvision classification names (e.g. resnet50, vgg16) and "
+        "'package.module:function' are accepted too"
+    )
+
+
+def check(name: str) -> None:
+    """Raise UsageError unless ``name`` can be built; cheap, so it runs before workers start.
+
+    A ``package.module:function`` is imported to check that the function exists and is callable.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"model name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY:
+        return
+    if ":" in name:
+        resolve_user(name)
+        return
+    if name not in torchvision_names():
+        raise _unknown(name)
+
+
+def _checked_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
+    shape = tuple(input_shape)
+    if len(shape) != 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+                                  for s in shape):
+        raise UsageError(f"input shape must be three positive integers (C, H, W), got {shape!r}")
+    return shape  # type: ignore[return-value]
+
+
+def build(name: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+    """Build model ``name`` on the CPU for ``num_classes`` outputs and inputs of ``input_shape``.
+
+    Initialisation draws only from torch's global RNG, so it is reproducible after the caller's
+    ``torch.manual_seed``. Raises UsageError for an unknown name, bad arguments or a model that
+    cannot be built for the shape.
+    """
+    check(name)
+    shape = _checked_shape(input_shape)
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+        raise UsageError(f"number of classes must be a positive integer, got {num_classes!r}")
+    if ":" in name:
+        model = build_user(name, num_classes, shape)
+    else:
+        own = name in _REGISTRY
+        factory = _REGISTRY[name] if own else partial(build_torchvision, name)
+        try:
+            model = factory(num_classes, shape)
+        except (RuntimeError, ValueError, AssertionError) as exc:
+            # Shape-dependent construction (dry forwards, ViT patches, MaxViT windows) fails
+            # here for inputs the architecture cannot take.
+            hint = _OWN_SIZE_HINT if own else _TORCHVISION_SIZE_HINT
+            raise shape_error(name, shape, short_cause(exc), hint) from exc
+    remember_name(model, name)
+    return model
