@@ -1,0 +1,50 @@
+"""The dataset registry: names resolve to loaders, and nothing else knows a dataset's type.
+
+`check(cfg)` runs once in the launching process and turns bad input (unknown name, missing
+folder or files) into one UsageError line before any worker starts; `build(cfg)` runs in every
+worker and returns a `DataBundle` whose splits turn index batches into tensors on a device.
+
+Each dataset's module is imported only when that dataset is used, so listing names or
+checking `digits` never pays for importing torchvision.
+"""
+from __future__ import annotations
+
+import importlib
+
+from parascale.config import TrainConfig
+from parascale.data.split import DataBundle, Split
+from parascale.errors import UsageError
+
+__all__ = ["DataBundle", "Split", "build", "check", "names"]
+
+# name -> module under parascale.data providing check(cfg) and build(cfg)
+_REGISTRY: dict[str, str] = {
+    "synthetic": "builtin",
+    "digits": "builtin",
+    "cifar10": "vision",
+    "mnist": "vision",
+    "fashion-mnist": "vision",
+    "imagefolder": "folder",
+}
+
+
+def names() -> list[str]:
+    """The registered dataset names."""
+    return list(_REGISTRY)
+
+
+def _module(cfg: TrainConfig):
+    if cfg.dataset not in _REGISTRY:
+        raise UsageError(f"unknown dataset {cfg.dataset!r}; valid datasets: {', '.join(names())}")
+    return importlib.import_module(f"parascale.data.{_REGISTRY[cfg.dataset]}")
+
+
+def check(cfg: TrainConfig) -> None:
+    """Cheap validation before any worker starts: raises UsageError with one line saying what is
+    wrong and what would be right. With --download, fetches missing files here, once."""
+    _module(cfg).check(cfg)
+
+
+def build(cfg: TrainConfig) -> DataBundle:
+    """Load the dataset (called in every worker; the same data on every rank)."""
+    return _module(cfg).build(cfg)

@@ -1,0 +1,79 @@
+"""Datasets that need no files: `synthetic` (generated) and `digits` (ships with scikit-learn)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from parascale.config import TrainConfig
+from parascale.data.split import DataBundle, TensorSplit
+
+SYNTHETIC_SALT = 0x5EED_DA7A
+"""Added to cfg.seed so the synthetic samples do not replay the stream that seeds the model."""
+
+DIGITS_SPLIT_SEED = 0
+"""Fixed (not cfg.seed) so every run, whatever its seed, is tested on the same 360 digits."""
+DIGITS_TEST = 360
+
+
+def check(cfg: TrainConfig) -> None:
+    """Nothing to check: config validation already covers the synthetic options."""
+
+
+def build(cfg: TrainConfig) -> DataBundle:
+    return _synthetic(cfg) if cfg.dataset == "synthetic" else _digits(cfg)
+
+
+def _synthetic(cfg: TrainConfig) -> DataBundle:
+    """Gaussian samples labelled by the argmax of a fixed random projection of a coarse
+    (at most 4x4) average-pooled view of each sample.
+
+    The labels are a deterministic function of the input that both an MLP and a CNN with
+    pooling can learn, so accuracy on the test split means something. Same on every rank.
+    """
+    c, h, w = cfg.synthetic_shape
+    n_train = cfg.synthetic_size
+    n_test = max(1, n_train // 4)
+    gen = torch.Generator().manual_seed(cfg.seed + SYNTHETIC_SALT)
+    x = torch.randn((n_train + n_test, c, h, w), generator=gen)
+    grid = (min(4, h), min(4, w))
+    projection = torch.randn((c * grid[0] * grid[1], cfg.num_classes), generator=gen)
+    # Unit-norm columns give every class score the same distribution: balanced classes.
+    projection /= projection.norm(dim=0, keepdim=True)
+    y = (F.adaptive_avg_pool2d(x, grid).flatten(1) @ projection).argmax(1)
+    # randn is already zero-mean, unit-variance: normalisation is the identity.
+    mean, std = [0.0] * c, [1.0] * c
+    split = dict(image_size=cfg.image_size)
+    size = cfg.image_size
+    return DataBundle(
+        name="synthetic",
+        train=TensorSplit(x[:n_train], y[:n_train], mean, std, augment=cfg.augment, **split),
+        test=TensorSplit(x[n_train:], y[n_train:], mean, std, **split),
+        num_classes=cfg.num_classes,
+        input_shape=(c, size, size) if size else (c, h, w),
+    )
+
+
+def _digits(cfg: TrainConfig) -> DataBundle:
+    """scikit-learn's 1,797 8x8 handwritten digits, 1,437 train / 360 test (stratified)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = torch.from_numpy((digits.images / 16.0).astype(np.float32)).unsqueeze(1)  # [0, 1]
+    y = torch.from_numpy(digits.target.astype(np.int64))
+    train_idx, test_idx = train_test_split(
+        np.arange(len(y)), test_size=DIGITS_TEST, random_state=DIGITS_SPLIT_SEED,
+        stratify=digits.target)
+    train_idx, test_idx = torch.from_numpy(train_idx), torch.from_numpy(test_idx)
+    # Statistics of the fixed training split, so they too are the same for every run.
+    mean, std = x[train_idx].mean().item(), x[train_idx].std().item()
+    split = dict(image_size=cfg.image_size)
+    size = cfg.image_size
+    return DataBundle(
+        name="digits",
+        train=TensorSplit(x[train_idx], y[train_idx], [mean], [std], augment=cfg.augment, **split),
+        test=TensorSplit(x[test_idx], y[test_idx], [mean], [std], **split),
+        num_classes=10,
+        input_shape=(1, size, size) if size else (1, 8, 8),
+    )

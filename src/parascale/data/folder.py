@@ -1,0 +1,169 @@
+"""`imagefolder`: images read from files per sample, `<data_dir>/{train,val}/<class>/<image>`.
+
+Too large to hold in memory in general, so each batch is decoded by a DataLoader (optionally
+in worker processes); augmentation still runs on the whole batch with the trainer's generator.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+from torchvision import transforms
+from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
+
+from parascale.config import TrainConfig
+from parascale.data.paths import data_dir
+from parascale.data.split import Batch, DataBundle, IndexBatches, Split, augment, as_index
+from parascale.errors import UsageError
+
+# ImageNet statistics: the usual choice for natural photos of unknown origin.
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+LAYOUT = "train/<class>/<image> and val/<class>/<image> (or test/)"
+
+
+@dataclass(frozen=True)
+class Layout:
+    train: Path
+    test: Path
+    classes: list[str]
+    shape: tuple[int, int, int]  # (C, H, W) of the batches
+
+
+def _first_image(folder: Path) -> Path | None:
+    """The first image below `folder`, in the order ImageFolder lists them (sorted walk)."""
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        dirs.sort()
+        for name in sorted(files):
+            if name.lower().endswith(IMG_EXTENSIONS):
+                return Path(root) / name
+    return None
+
+
+def _size(path: Path) -> tuple[int, int]:
+    """(H, W) of an image, reading only its header."""
+    try:
+        with Image.open(path) as image:
+            w, h = image.size
+    except OSError as error:
+        raise UsageError(f"imagefolder: cannot read image {path}: {error}") from error
+    return h, w
+
+
+def scan(cfg: TrainConfig) -> Layout:
+    """Check the folder layout cheaply: class folders, one image per class, and (without
+    --image-size) that those sampled images share one size. The full listing is left to
+    ImageFolder in each worker."""
+    root = data_dir(cfg, LAYOUT)
+    train = root / "train"
+    test = next((root / n for n in ("val", "test") if (root / n).is_dir()), None)
+    if not train.is_dir() or test is None:
+        missing = " and ".join(n for n, ok in (("train/", train.is_dir()),
+                                               ("val/ (or test/)", test is not None)) if not ok)
+        raise UsageError(f"imagefolder: no {missing} in {root}; expected {root}/{LAYOUT}")
+    classes = sorted(e.name for e in os.scandir(train) if e.is_dir())
+    if not classes:
+        raise UsageError(f"imagefolder: no class folders in {train}; expected {train}/<class>/<image>")
+    extra = sorted(e.name for e in os.scandir(test) if e.is_dir() and e.name not in classes)
+    if extra:
+        raise UsageError(f"imagefolder: {test} has classes not in {train}: {', '.join(extra)}; "
+                         "the test classes must be a subset of the training classes")
+    samples: list[Path] = []
+    for cls in classes:
+        image = _first_image(train / cls)
+        if image is None:
+            raise UsageError(f"imagefolder: {train / cls} holds no images; expected files "
+                             f"ending {', '.join(IMG_EXTENSIONS)}")
+        samples.append(image)
+    test_samples = [p for p in (_first_image(test / c) for c in classes if (test / c).is_dir()) if p]
+    if not test_samples:
+        raise UsageError(f"imagefolder: no images in {test}; expected {test}/<class>/<image>")
+    if cfg.image_size:
+        return Layout(train, test, classes, (3, cfg.image_size, cfg.image_size))
+    sizes = {p: _size(p) for p in samples + test_samples}
+    first = sizes[samples[0]]
+    other = next((p for p, s in sizes.items() if s != first), None)
+    if other is not None:
+        raise UsageError(_size_message(samples[0], first, other, sizes[other]))
+    return Layout(train, test, classes, (3, *first))
+
+
+def _size_message(a: Path, size_a: tuple[int, int], b: Path, size_b: tuple[int, int]) -> str:
+    return (f"imagefolder: images differ in size ({a} is {size_a[1]}x{size_a[0]}, {b} is "
+            f"{size_b[1]}x{size_b[0]}); pass --image-size N to resize them all to NxN")
+
+
+def check(cfg: TrainConfig) -> None:
+    scan(cfg)
+
+
+class KnownClassesFolder(ImageFolder):
+    """ImageFolder whose class indices come from the training folder, so a test folder that
+    lacks a class does not shift every later label."""
+
+    def __init__(self, root: str | Path, classes: Sequence[str], **kwargs):
+        self._known = list(classes)
+        super().__init__(root, **kwargs)
+
+    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+        return self._known, {c: i for i, c in enumerate(self._known)}
+
+
+class FolderSplit(Split):
+    """Samples decoded per sample by a DataLoader over a torchvision ImageFolder."""
+
+    def __init__(self, dataset: ImageFolder, *, augment: bool = False):
+        self.dataset, self.augment = dataset, augment
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def batches(self, index_batches: IndexBatches, device: torch.device, *, train: bool,
+                generator: torch.Generator | None = None, loader_workers: int = 0,
+                ) -> Iterator[Batch]:
+        device = torch.device(device)
+        sampler = [as_index(b).tolist() for b in index_batches]
+        loader = DataLoader(self.dataset, batch_sampler=sampler, num_workers=loader_workers,
+                            pin_memory=device.type == "cuda")
+        try:
+            for x, y in loader:
+                x = x.to(device, non_blocking=True)
+                y = y.to(device, non_blocking=True)
+                if train and self.augment:
+                    x = augment(x, generator)
+                yield x, y
+        except RuntimeError as error:
+            # default_collate cannot stack images of different sizes; say what to do about it.
+            if "stack expects each tensor to be equal size" not in str(error):
+                raise
+            raise UsageError(f"imagefolder: images in {self.dataset.root} differ in size; "
+                             "pass --image-size N to resize them all to NxN") from error
+        except OSError as error:  # PIL cannot decode a file (check() samples only a few)
+            # From a loader worker the message is a traceback whose last line names the file.
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            raise UsageError(f"imagefolder: cannot read an image in {self.dataset.root}: "
+                             f"{lines[-1].strip() if lines else error!r}") from error
+
+
+def build(cfg: TrainConfig) -> DataBundle:
+    layout = scan(cfg)
+    steps = [transforms.Resize((cfg.image_size, cfg.image_size))] if cfg.image_size else []
+    transform = transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    try:
+        train = KnownClassesFolder(layout.train, layout.classes, transform=transform)
+        test = KnownClassesFolder(layout.test, layout.classes, transform=transform, allow_empty=True)
+    except FileNotFoundError as error:  # the folders changed since check()
+        raise UsageError(f"imagefolder: {error}; expected {layout.train.parent}/{LAYOUT}") from error
+    return DataBundle(
+        name="imagefolder",
+        train=FolderSplit(train, augment=cfg.augment),
+        test=FolderSplit(test),
+        num_classes=len(layout.classes),
+        input_shape=layout.shape,
+    )

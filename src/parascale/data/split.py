@@ -1,0 +1,144 @@
+"""Dataset splits behind one interface: `Split.batches(index_batches, device, ...)`.
+
+The trainer decides which samples go in which batch (sharding, shuffling, accumulation); a split
+only turns lists of sample indices into normalised tensors on a device. Two kinds exist:
+
+- `TensorSplit`: every sample in one in-memory tensor; a batch is one `index_select` plus a few
+  whole-batch tensor ops, so the per-sample Python cost is zero (a benchmark compares the trainer
+  with a hand-written loop, and any per-sample work here would show up as trainer overhead).
+- `FolderSplit` (in `parascale.data.folder`): files decoded per sample by a DataLoader.
+
+Augmentation is one batch-level function shared by both, so its randomness comes from the
+trainer's generator alone whatever the split kind or the number of DataLoader workers.
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+IndexBatches = Sequence[Sequence[int] | torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+PAD = 4
+"""Zero padding of the random crop, in pixels (the CIFAR recipe of He et al.)."""
+
+
+class Split(abc.ABC):
+    """One split (train or test) of a dataset."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Number of samples; valid indices are range(len(self))."""
+
+    @abc.abstractmethod
+    def batches(self, index_batches: IndexBatches, device: torch.device, *, train: bool,
+                generator: torch.Generator | None = None, loader_workers: int = 0,
+                ) -> Iterator[Batch]:
+        """Iterator of (x, y): x float32 (B, C, H, W) normalised, on `device`; y int64 (B,) on device.
+
+        Yields exactly one batch per element of `index_batches`, in that order, each holding
+        exactly those sample indices in that order. `train=True` applies augmentation when the
+        dataset was built with it, drawing randomness only from `generator` (a CPU generator;
+        None falls back to torch's global generator, which is not reproducible per rank).
+        `loader_workers` only matters for splits read from files.
+        """
+
+
+@dataclass
+class DataBundle:
+    """What `parascale.data.build` returns: both splits and the facts a model needs."""
+
+    name: str
+    train: Split
+    test: Split
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    """(C, H, W) of the batches, i.e. after resizing by image_size."""
+
+
+def augment(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Per sample: random crop after `PAD`-pixel zero padding, then horizontal flip with p=0.5.
+
+    The draws happen on the CPU (so the same generator seed gives the same batch on any
+    device) and are applied as one gather over the whole batch. Padding is zero in the
+    normalised tensor, i.e. the dataset's mean colour, since augmentation runs after Normalize.
+    """
+    b, c, h, w = x.shape
+    offsets = torch.randint(0, 2 * PAD + 1, (b, 2), generator=generator).to(x.device)
+    flip = (torch.rand(b, generator=generator) < 0.5).to(x.device)
+    hp, wp = h + 2 * PAD, w + 2 * PAD
+    cols = torch.arange(w, device=x.device)
+    rows = offsets[:, :1] + torch.arange(h, device=x.device)               # (b, h)
+    cols = offsets[:, 1:] + torch.where(flip[:, None], cols.flip(0), cols)  # (b, w)
+    flat = (rows[:, :, None] * wp + cols[:, None, :]).reshape(b, 1, h * w).expand(b, c, h * w)
+    padded = F.pad(x, (PAD, PAD, PAD, PAD)).reshape(b, c, hp * wp)
+    return padded.gather(2, flat).reshape(b, c, h, w)
+
+
+def resize(x: torch.Tensor, size: int | None) -> torch.Tensor:
+    """Bilinear resize of a batch to size x size (no-op when size is None or already right)."""
+    if size is None or x.shape[-2:] == (size, size):
+        return x
+    return F.interpolate(x, size=(size, size), mode="bilinear", antialias=False,
+                         align_corners=False)
+
+
+def as_index(batch: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """One index batch as an int64 CPU tensor."""
+    return torch.as_tensor(batch, dtype=torch.long, device="cpu").reshape(-1)
+
+
+class TensorSplit(Split):
+    """All samples in memory: `x` (N, C, H, W) uint8 or float32, `y` (N,) int64.
+
+    Pixel values are `x * scale` (1/255 for uint8 images, 1 for data already in [0, 1]) and are
+    then normalised with per-channel `mean` and `std`.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, mean: Sequence[float],
+                 std: Sequence[float], *, scale: float = 1.0, image_size: int | None = None,
+                 augment: bool = False):
+        if x.ndim != 4 or len(x) != len(y):
+            raise ValueError(f"need x (N, C, H, W) and y (N,), "
+                             f"got {tuple(x.shape)} and {tuple(y.shape)}")
+        if len(mean) != x.shape[1] or len(std) != x.shape[1]:
+            raise ValueError(f"mean/std need {x.shape[1]} channels, got {len(mean)}/{len(std)}")
+        self.x, self.y = x, y.to(torch.long)
+        self.image_size, self.augment = image_size, augment
+        # Fold scaling and normalisation into one multiply-add: (x*scale - mean)/std = x*a + b.
+        std_t = torch.tensor(std, dtype=torch.float32).reshape(1, -1, 1, 1)
+        mean_t = torch.tensor(mean, dtype=torch.float32).reshape(1, -1, 1, 1)
+        self._a, self._b = scale / std_t, -mean_t / std_t
+        self._identity = bool((self._a == 1).all() and (self._b == 0).all())
+        self._affine: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def _coefficients(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._affine:
+            self._affine[device] = (self._a.to(device), self._b.to(device))
+        return self._affine[device]
+
+    def batches(self, index_batches: IndexBatches, device: torch.device, *, train: bool,
+                generator: torch.Generator | None = None, loader_workers: int = 0,
+                ) -> Iterator[Batch]:
+        device = torch.device(device)
+        for batch in index_batches:
+            idx = as_index(batch)
+            # Move the raw (often uint8, 4x smaller) samples first: on a GPU the conversion,
+            # resize and augmentation then run there; on the CPU the order makes no difference.
+            x = self.x.index_select(0, idx).to(device, non_blocking=True)
+            y = self.y.index_select(0, idx).to(device, non_blocking=True)
+            x = x.to(torch.float32)  # index_select made a copy, so in-place ops below are safe
+            if not self._identity:
+                a, b = self._coefficients(x.device)
+                x = x.mul_(a).add_(b)
+            x = resize(x, self.image_size)
+            if train and self.augment:
+                x = augment(x, generator)
+            yield x, y
