@@ -1,1 +1,14 @@
+"""parascale: data-parallel PyTorch training on many devices, and scaling studies you can trust.
+
+``parascale.train(config)`` runs one training job and returns its run record; it is imported
+lazily so that ``import parascale`` (and ``parascale --help``) stays fast.
+"""
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "train":
+        from parascale.training import train
+
+        return train
+    raise AttributeError(f"module 'parascale' has no attribute {name!r}")

@@ -14,8 +14,10 @@ from typing import Any
 from parascale.errors import UsageError
 
 LR_SCALINGS = ("none", "linear", "sqrt")
+LR_SCHEDULES = ("constant", "cosine", "step")
 PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("auto", "gloo", "nccl")
+TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -48,6 +50,9 @@ class TrainConfig:
     """Number of training samples in the synthetic dataset (the test split is a quarter of it)."""
     num_classes: int = 10
     """Class count of the synthetic dataset (real datasets know their own)."""
+    augment: bool = False
+    """Random horizontal flip and 4-pixel random crop per training sample (CIFAR-style); each
+    rank draws from its own seeded generator, so runs are reproducible but ranks differ."""
 
     workers: int | None = None
     """CPU worker processes on this machine; default one per core. With --gpus, one per GPU."""
@@ -77,8 +82,16 @@ class TrainConfig:
     """The batch at which lr was tuned; default the per-device batch (so linear = lr x workers)."""
     warmup_epochs: float = 0.0
     """Gradual warm-up: the rate rises linearly from lr to the effective rate over this many epochs."""
+    lr_schedule: str = "constant"
+    """constant | cosine | step: what the rate does after warm-up."""
+    lr_milestones: tuple[int, ...] = ()
+    """Epochs at which the step schedule multiplies the rate by lr_gamma (e.g. 30,60)."""
+    lr_gamma: float = 0.1
+    """Factor of each step-schedule drop."""
     momentum: float = 0.9
+    """SGD momentum."""
     weight_decay: float = 0.0
+    """L2 penalty added to the gradient (SGD weight decay)."""
     seed: int = 0
     """Seeds model initialisation and data order, identical on every rank."""
 
@@ -105,6 +118,8 @@ class TrainConfig:
     eval_every: int = 1
     """Evaluate on the test set every this many epochs (and always after the last)."""
 
+    port: int | None = None
+    """Port of the rendezvous store of a local launch (loopback only); default: a free port."""
     timeout: float = 300.0
     """Seconds a collective may wait before the job is declared stuck (torch's default is 30 min)."""
     out: str | None = None
@@ -114,7 +129,7 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        for key in ("synthetic_shape", "gpus"):
+        for key in TUPLE_FIELDS:
             if data[key] is not None:
                 data[key] = list(data[key])
         return data
@@ -128,7 +143,7 @@ class TrainConfig:
                 f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         data = dict(data)
-        for key in ("synthetic_shape", "gpus"):
+        for key in TUPLE_FIELDS:
             if data.get(key) is not None:
                 data[key] = tuple(int(v) for v in data[key])
         return cls(**data)
@@ -166,13 +181,20 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError("give --batch-size (per device) or --global-batch, not both")
     if cfg.epochs is not None and cfg.steps is not None:
         raise UsageError("give --epochs or --steps, not both")
-    for name, choices in (("lr_scaling", LR_SCALINGS), ("precision", PRECISIONS),
+    for name, choices in (("lr_scaling", LR_SCALINGS), ("lr_schedule", LR_SCHEDULES),
+                          ("precision", PRECISIONS),
                           ("backend", BACKENDS), ("device", DEVICES)):
         if getattr(cfg, name) not in choices:
             raise UsageError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
                              f"got {getattr(cfg, name)!r}")
     if cfg.momentum < 0 or cfg.weight_decay < 0 or cfg.warmup_epochs < 0:
         raise UsageError("--momentum, --weight-decay and --warmup-epochs must not be negative")
+    if cfg.port is not None and not 0 < cfg.port < 65536:
+        raise UsageError(f"--port must be between 1 and 65535, got {cfg.port}")
+    if cfg.lr_schedule == "step" and not cfg.lr_milestones:
+        raise UsageError("--lr-schedule step needs --lr-milestones, e.g. --lr-milestones 30,60")
+    if not 0 < cfg.lr_gamma <= 1:
+        raise UsageError(f"--lr-gamma is a factor in (0, 1], got {cfg.lr_gamma}")
     if cfg.loader_workers < 0:
         raise UsageError(f"--loader-workers must be 0 or more, got {cfg.loader_workers}")
     if cfg.target_accuracy is not None and not 0 < cfg.target_accuracy <= 1:

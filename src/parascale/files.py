@@ -1,9 +1,9 @@
-"""Atomic file output for the report.
+"""Atomic file output: a result file is either the previous complete version or the new one.
 
-A report folder is read by people and by scripts while studies are still running, so a file
-there is either the previous complete version or the new complete version, never a torn one:
-write a temporary file in the same folder (same filesystem, so the rename is atomic), flush and
-fsync it, then ``os.replace`` it over the target.
+Run records, models and reports are read by people and by scripts while studies are still
+running, and a job may be killed at any moment, so nothing is ever left half-written: write a
+temporary file in the same folder (same filesystem, so the rename is atomic), flush and fsync
+it, then ``os.replace`` it over the target.
 """
 from __future__ import annotations
 

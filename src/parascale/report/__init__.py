@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parascale.errors import UsageError
-from parascale.report.files import atomic_write_text
+from parascale.files import atomic_write_text
 from parascale.report.html import render_html
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
 from parascale.report.plots import Plot, make_plots, write_plots

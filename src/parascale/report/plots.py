@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
-from parascale.report.files import atomic_write_bytes
+from parascale.files import atomic_write_bytes
 from parascale.report.tables import GroupKey, Row, grouped
 
 STYLE = {

@@ -1,0 +1,114 @@
+"""Command-line options generated from :class:`TrainConfig`, so there is one source of truth.
+
+Each field becomes ``--field-name`` with the docstring under the field as its help; types come
+from the annotations. Only options the user typed reach the namespace (``SUPPRESS`` defaults),
+which lets ``bench`` tell a fixed parameter from a default.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import typing
+from typing import Any
+
+from parascale import config as config_module
+from parascale.bench.plan import parse_value
+from parascale.config import TrainConfig
+
+# help sections: the first field of each
+SECTIONS = {
+    "model": "what to train", "workers": "where to train", "batch_size": "batch and length",
+    "lr": "optimisation", "precision": "speed", "sync": "synchronisation",
+    "target_accuracy": "measurement", "port": "robustness", "out": "output",
+}
+CHOICES = {
+    "lr_scaling": config_module.LR_SCALINGS, "lr_schedule": config_module.LR_SCHEDULES,
+    "precision": config_module.PRECISIONS, "backend": config_module.BACKENDS,
+    "device": config_module.DEVICES,
+}
+METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
+            "out": "DIR", "data_dir": "DIR", "workers": "N", "model": "NAME", "dataset": "NAME",
+            "sync": "NAME"}
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """The docstring written under each TrainConfig field (plain text, one line)."""
+    tree = ast.parse(inspect.getsource(TrainConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, after in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) \
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())  # type: ignore[attr-defined]
+    return docs
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), parse_value(value)
+
+
+def _kind(annotation: Any) -> Any:
+    """The non-None part of ``X | None``."""
+    args = typing.get_args(annotation)
+    rest = [a for a in args if a is not type(None)]
+    return rest[0] if len(rest) == 1 and len(args) == 2 else annotation
+
+
+def add_train_options(parser: argparse.ArgumentParser, sections: bool = True) -> None:
+    """Add one option per TrainConfig field, grouped as in SECTIONS."""
+    hints = typing.get_type_hints(TrainConfig)
+    docs = field_docs()
+    group: Any = parser
+    for field in dataclasses.fields(TrainConfig):
+        if sections and field.name in SECTIONS:
+            group = parser.add_argument_group(SECTIONS[field.name])
+        kind = _kind(hints[field.name])
+        default = field.default if field.default is not dataclasses.MISSING else \
+            field.default_factory()  # type: ignore[misc]
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        text = docs.get(field.name, "")
+        if default not in (None, (), {}, False):
+            text += f" (default: {shown})"
+        common = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
+        if kind is bool:
+            group.add_argument(flag(field.name), action=argparse.BooleanOptionalAction, **common)
+        elif typing.get_origin(kind) is tuple:
+            group.add_argument(flag(field.name), type=_int_list,
+                               metavar=METAVARS.get(field.name, "N,..."), **common)
+        elif typing.get_origin(kind) is dict:
+            group.add_argument("--sync-option", type=_key_value, action="append",
+                               metavar="KEY=VALUE", **common)
+        else:
+            group.add_argument(flag(field.name), type=kind, choices=CHOICES.get(field.name),
+                               metavar=METAVARS.get(field.name, None if field.name in CHOICES
+                                                    else kind.__name__.upper()), **common)
+
+
+def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields the user gave, as a dict (``sync_options`` from KEY=VALUE pairs)."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k in names}
+    if "sync_options" in given:
+        given["sync_options"] = dict(given["sync_options"])
+    return given

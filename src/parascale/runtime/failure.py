@@ -1,0 +1,46 @@
+"""What a failing worker tells the launcher: one JSON line in its error file, then exit.
+
+A worker whose peer died sees a broken or timed-out collective. Such an error is marked
+*secondary* so that the launcher names the rank that caused the failure, not its victims.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+_COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out",
+                     "timeout", "broken pipe", "socket", "store")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError))
+
+
+def is_secondary(exc: BaseException) -> bool:
+    """A failure of communication with other ranks, rather than of this rank's own work."""
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(word in text for word in _COLLECTIVE_WORDS)
+
+
+def describe(exc: BaseException) -> str:
+    """One line: the exception type and the first line of its message."""
+    first = (str(exc).strip().splitlines() or [""])[0][:400]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def write_error_file(exc: BaseException) -> None:
+    """Leave the cause where the local launcher looks for it (no-op under torchrun or srun)."""
+    path = os.environ.get("PARASCALE_ERROR_FILE")
+    if not path:
+        return
+    report = {"message": describe(exc), "secondary": is_secondary(exc),
+              "oom": is_out_of_memory(exc)}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as handle:
+        json.dump(report, handle)
+    os.replace(tmp, path)

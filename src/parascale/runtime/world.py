@@ -1,0 +1,148 @@
+"""The distributed world as one worker sees it: rank, size, device, backend, and how it started.
+
+Three ways in, one result:
+
+- ``local``: parascale's own launcher started this process; it passes ``PARASCALE_*`` variables
+  and hosts the rendezvous store itself (so no free-port race), see :mod:`.launch`.
+- ``torchrun``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` are set.
+- ``slurm``: started by ``srun`` without torchrun: ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
+  map to rank, size and local rank; ``MASTER_ADDR``/``MASTER_PORT`` must be exported by the job
+  script (parascale's Slurm submission does that).
+
+The device is chosen *before* the process group starts (NCCL binds a communicator to the current
+device), from ``LOCAL_RANK`` or from the GPU list of a local launch: never a hard-coded ``cuda:0``.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from parascale.errors import UsageError
+
+LOCAL_ENV = "PARASCALE_STORE_PORT"
+
+
+@dataclass
+class World:
+    """This process's place in the job. ``device`` is where its model and batches live."""
+
+    rank: int
+    size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    launcher: str  # local | torchrun | slurm
+    host: str = field(default_factory=socket.gethostname)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 speaks: it prints, shows progress and writes the record."""
+        return self.rank == 0
+
+
+def external_launcher() -> str | None:
+    """'torchrun' or 'slurm' when this process belongs to a world started by someone else."""
+    if os.environ.get(LOCAL_ENV):
+        return None
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return "torchrun"
+    # srun sets SLURM_PROCID for every task; SLURM_STEP_ID tells srun from the batch script itself
+    if "SLURM_PROCID" in os.environ and "SLURM_STEP_ID" in os.environ \
+            and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return "slurm"
+    return None
+
+
+def external_size() -> int:
+    """World size announced by torchrun or srun."""
+    return int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+
+
+def resolve_device_type(requested: str, gpus: tuple[int, ...] | None) -> str:
+    """'cpu' or 'cuda' from --device and --gpus; CUDA asked for but absent is a usage error."""
+    wants_cuda = requested == "cuda" or gpus is not None or (
+        requested == "auto" and external_launcher() is not None and torch.cuda.is_available())
+    if not wants_cuda:
+        return "cpu"
+    if not torch.cuda.is_available():
+        what = f"--gpus {','.join(map(str, gpus))}" if gpus else "--device cuda"
+        raise UsageError(f"{what} needs CUDA, but torch.cuda.is_available() is False on this "
+                         "machine; use --workers N to train on CPU cores")
+    if gpus:
+        count = torch.cuda.device_count()
+        bad = [g for g in gpus if g >= count]
+        if bad:
+            raise UsageError(f"--gpus {','.join(map(str, gpus))} asks for GPU {bad[0]}, but only "
+                             f"{count} GPU(s) are visible (0..{count - 1})")
+    return "cuda"
+
+
+def resolve_backend(requested: str, device_type: str) -> str:
+    """gloo on CPU, NCCL on CUDA; NCCL for CPU tensors cannot work, so say so before starting."""
+    if requested == "auto":
+        return "nccl" if device_type == "cuda" else "gloo"
+    if requested == "nccl" and device_type != "cuda":
+        raise UsageError("--backend nccl needs CUDA devices (NCCL cannot move CPU tensors); "
+                         "use --backend gloo or --gpus")
+    if requested == "nccl" and not dist.is_nccl_available():
+        raise UsageError("--backend nccl: this torch build has no NCCL; use --backend gloo")
+    return requested
+
+
+def _positions() -> tuple[int, int, int, str]:
+    """(rank, size, local rank, launcher) from whichever launcher started us."""
+    env = os.environ
+    if env.get(LOCAL_ENV):
+        return int(env["PARASCALE_RANK"]), int(env["PARASCALE_WORLD_SIZE"]), \
+            int(env["PARASCALE_LOCAL_RANK"]), "local"
+    launcher = external_launcher()
+    if launcher == "torchrun":
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), launcher
+    if launcher == "slurm":
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if name not in env:
+                raise UsageError(f"under srun without torchrun, export {name} in the job script "
+                                 "(the first node's host name and a free port)")
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), \
+            int(env.get("SLURM_LOCALID", 0)), launcher
+    return 0, 1, 0, "local"
+
+
+def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
+         timeout_s: float) -> World:
+    """Set the device, then start the process group with an explicit timeout.
+
+    torch's defaults (30 min for gloo, 10 for NCCL) would leave a job hanging long after one
+    worker died; ``timeout_s`` bounds every collective instead.
+    """
+    rank, size, local_rank, launcher = _positions()
+    if device_type == "cuda":
+        index = gpus[local_rank] if gpus else local_rank
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+    else:
+        device = torch.device("cpu")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if launcher == "local":
+        store = dist.TCPStore("127.0.0.1", int(os.environ[LOCAL_ENV]), is_master=False,
+                              timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size,
+                                timeout=timeout)
+    else:
+        if launcher == "slurm":  # env:// reads RANK and WORLD_SIZE
+            os.environ.setdefault("RANK", str(rank))
+            os.environ.setdefault("WORLD_SIZE", str(size))
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
+                                timeout=timeout, device_id=device if backend == "nccl" else None)
+    return World(rank, size, local_rank, device, backend, launcher)
+
+
+def leave() -> None:
+    """Tear the process group down so that the next run in this process starts clean."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,237 @@
+"""One worker's training run: the same code under parascale's launcher, torchrun or srun.
+
+The step never names a synchronisation algorithm (see :mod:`parascale.sync.base`); metrics are
+reduced across ranks before anyone reports them; rank 0 alone prints, shows progress and writes.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from parascale import data, models, sync
+from parascale.config import Derived, TrainConfig, derive
+from parascale.runtime import World, join, leave, resolve_backend, resolve_device_type
+from parascale.runtime.faults import Faults
+from parascale.training import lr as lr_rule
+from parascale.training.assemble import assemble
+from parascale.training.evaluate import evaluate
+from parascale.training.measure import StepClock
+from parascale.training.record import now
+from parascale.training.sampling import steps_per_epoch, train_shard
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or infinite; decided on the all-reduced loss, so every rank
+    stops at the same step with the same message."""
+
+
+@dataclass
+class Plan:
+    """Step arithmetic fixed before the first step."""
+
+    derived: Derived
+    steps_per_epoch: int
+    total_steps: int
+    epochs: int
+    warmup_steps: int
+    train_samples: int
+    test_samples: int
+
+
+def run_worker(cfg: TrainConfig) -> dict | None:
+    """Join the world, train, write the record on rank 0 and return it (None on other ranks)."""
+    device_type = resolve_device_type(cfg.device, cfg.gpus)
+    world = join(device_type, resolve_backend(cfg.backend, device_type), cfg.gpus, cfg.timeout)
+    try:
+        return _train(cfg, world)
+    finally:
+        leave()
+
+
+def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int) -> Plan:
+    derived = derive(cfg, world_size)
+    per_epoch = steps_per_epoch(n_train, derived.global_batch)
+    total = cfg.steps if cfg.steps is not None else per_epoch * (cfg.epochs or 3)
+    epochs = math.ceil(total / per_epoch) if per_epoch else 0
+    return Plan(derived, per_epoch, total, epochs, round(cfg.warmup_epochs * per_epoch),
+                n_train, n_test)
+
+
+def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    if cfg.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def _build_model(cfg: TrainConfig, bundle, device: torch.device) -> nn.Module:
+    torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
+    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape).to(device)
+    if cfg.sync_batchnorm:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    if cfg.compile:
+        model = torch.compile(model)
+    return model
+
+
+def _train(cfg: TrainConfig, world: World) -> dict | None:
+    started, t_setup = now(), time.perf_counter()
+    if os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    faults = Faults.from_env(world.rank)
+    device = world.device
+    bundle = data.build(cfg)
+    plan = make_plan(cfg, world.size, len(bundle.train), len(bundle.test))
+    strategy = sync.build(cfg, world)
+    net = strategy.wrap(_build_model(cfg, bundle, device))
+    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                weight_decay=cfg.weight_decay)
+    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" and device.type == "cuda" \
+        else None
+    loss_fn = nn.CrossEntropyLoss()
+    per_device, accumulate = plan.derived.per_device_batch, cfg.accumulate
+    if world.is_main:
+        _banner(cfg, world, plan, bundle)
+
+    clock = StepClock(device)
+    steady_rows: list[list[float]] = []
+    epochs, tta, step = [], None, 0
+    progress = tqdm(total=plan.total_steps, unit="step", file=sys.stderr, mininterval=1.0,
+                    disable=None if world.is_main else True, leave=False, desc="training")
+    setup_s = time.perf_counter() - t_setup
+    t_start = time.perf_counter()
+    for epoch in range(1, plan.epochs + 1):
+        count = min(plan.steps_per_epoch, plan.total_steps - step)
+        shard = train_shard(len(bundle.train), per_device, world.size, world.rank, accumulate,
+                            cfg.seed, epoch, count)
+        # augmentation randomness differs per rank and epoch, yet is reproducible
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + world.rank * 7919 + epoch)
+        batches = iter(bundle.train.batches([mb for s in shard for mb in s], device, train=True,
+                                            generator=generator,
+                                            loader_workers=cfg.loader_workers))
+        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+        t_epoch = time.perf_counter()
+        for _ in range(count):
+            step += 1
+            faults.before_step(step, per_device)
+            rate = lr_rule.lr_at(step - 1, base_lr=cfg.lr, effective_lr=plan.derived.effective_lr,
+                                 warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
+                                 schedule=cfg.lr_schedule, steps_per_epoch=plan.steps_per_epoch,
+                                 milestones=cfg.lr_milestones, gamma=cfg.lr_gamma)
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+            clock.start()
+            micro = [next(batches) for _ in range(accumulate)]
+            clock.mark()
+            for m, (x, y) in enumerate(micro):
+                with strategy.accumulating(last=m == accumulate - 1), _autocast(cfg, device):
+                    loss = loss_fn(net(x), y)
+                scaled = loss / accumulate
+                (scaler.scale(scaled) if scaler else scaled).backward()
+                loss_sum += loss.detach().double() * y.shape[0]
+            clock.boundary()
+            strategy.synchronize()
+            clock.boundary()
+            strategy.step(optimizer, scaler)
+            optimizer.zero_grad(set_to_none=True)
+            clock.boundary()
+            strategy.after_step(step)
+            clock.stop()
+            progress.update()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_time = time.perf_counter() - t_epoch
+        clock.flush()
+        if epoch > 1 or plan.epochs == 1:
+            steady_rows += clock.rows
+        clock.rows = []
+        entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate)
+        if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
+            strategy.before_evaluation()
+            entry["test_loss"], entry["test_accuracy"] = evaluate(
+                strategy.local_module(), bundle.test, world, max(per_device, 256),
+                lambda: _autocast(cfg, device))
+        entry["elapsed_s"] = time.perf_counter() - t_start
+        epochs.append(entry)
+        if world.is_main:
+            progress.write(_epoch_line(entry, plan.epochs))
+        tta = _time_to_accuracy(cfg, entry, tta)
+        if cfg.stop_at_target and tta and tta["reached"]:
+            break
+    progress.close()
+    total_s = time.perf_counter() - t_start
+    if plan.epochs > 1:
+        excluded = "epoch 1 (warm-up)"
+    else:  # one epoch: its first tenth stands in for the warm-up
+        cut = len(steady_rows) // 10
+        steady_rows, excluded = steady_rows[cut:], f"first {cut} steps of the only epoch"
+    return assemble(cfg, world, plan, strategy, epochs, steady_rows, excluded, tta,
+                    {"setup_s": setup_s, "total_s": total_s, "start": started})
+
+
+def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,
+                 loss_sum: torch.Tensor, world: World, rate: float) -> dict:
+    """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank."""
+    samples = steps * plan.derived.global_batch
+    totals = torch.stack([loss_sum, torch.tensor(float(samples) / world.size,
+                                                 dtype=torch.float64, device=loss_sum.device)])
+    dist.all_reduce(totals)
+    times = [torch.zeros(1, dtype=torch.float64, device=loss_sum.device)
+             for _ in range(world.size)]
+    dist.all_gather(times, torch.tensor([epoch_time], dtype=torch.float64,
+                                        device=loss_sum.device))
+    per_rank = [float(t) for t in times]
+    train_loss = float(totals[0] / totals[1])
+    if not math.isfinite(train_loss):
+        raise NonFiniteLoss(f"training loss is {train_loss} in epoch {epoch} (learning rate "
+                            f"{rate:g}); lower --lr or add --warmup-epochs")
+    wall = max(per_rank)
+    return {"epoch": epoch, "warmup": epoch == 1, "steps": steps, "wall_time_s": wall,
+            "wall_time_s_per_rank": per_rank, "samples": samples,
+            "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
+            "test_loss": None, "test_accuracy": None, "lr": rate}
+
+
+def _time_to_accuracy(cfg: TrainConfig, entry: dict, tta: dict | None) -> dict | None:
+    if cfg.target_accuracy is None:
+        return None
+    if tta and tta["reached"]:
+        return tta
+    reached = entry["test_accuracy"] is not None and entry["test_accuracy"] >= cfg.target_accuracy
+    return {"target": cfg.target_accuracy, "reached": reached,
+            "epoch": entry["epoch"] if reached else None,
+            "elapsed_s": entry["elapsed_s"] if reached else None}
+
+
+def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle) -> None:
+    d = plan.derived
+    threads = torch.get_num_threads()
+    rule = "" if cfg.lr_scaling == "none" else \
+        f" ({cfg.lr_scaling} scaling from base batch {d.base_batch})"
+    warm = f", warm-up {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""
+    accumulate = f" x {cfg.accumulate} accumulation steps" if cfg.accumulate > 1 else ""
+    print(f"parascale: {cfg.model} on {cfg.dataset}, {world.size} worker(s) on "
+          f"{world.device.type} ({world.backend}, {world.launcher} launch, {threads} thread(s) "
+          f"per worker), sync {cfg.sync}", flush=True)
+    print(f"  batch {d.per_device_batch} per device x {world.size} workers{accumulate} = "
+          f"{d.global_batch} global; lr {cfg.lr:g} -> {d.effective_lr:g}{rule}{warm}", flush=True)
+    print(f"  {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.steps_per_epoch} steps "
+          f"over {len(bundle.train)} training samples; {len(bundle.test)} test samples",
+          flush=True)
+
+
+def _epoch_line(entry: dict, epochs: int) -> str:
+    acc = entry["test_accuracy"]
+    test = f", test loss {entry['test_loss']:.4f}, accuracy {acc:.2%}" if acc is not None else ""
+    warm = " (warm-up)" if entry["warmup"] else ""
+    return (f"epoch {entry['epoch']}/{epochs}{warm}: {entry['wall_time_s']:.2f} s, "
+            f"{entry['throughput']:,.0f} samples/s, train loss {entry['train_loss']:.4f}{test}")

@@ -1,0 +1,90 @@
+"""Step timing split into phases, and statistics with their names right.
+
+Each step is cut at four boundaries: batch ready, backward done, synchronisation done, optimizer
+done. On the CPU the clock is ``perf_counter``; on CUDA the boundaries after the batch are CUDA
+events, read once per epoch, so timing adds no synchronisation to the step it measures (waiting
+on the device every step would serialise the very overlap we want to see).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+PHASES = ("data", "compute", "sync", "optimizer")
+
+
+class StepClock:
+    """Phase times of one rank's steps: ``rows`` holds [data, compute, sync, optimizer, step]."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.rows: list[list[float]] = []
+        self._pending: list[tuple[float, list]] = []
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def mark(self) -> None:
+        """End of the data phase; device phases start here."""
+        self._marks = [time.perf_counter() - self._t0]
+        self._events = [self._event()] if self.cuda else [time.perf_counter()]
+
+    def boundary(self) -> None:
+        self._events.append(self._event() if self.cuda else time.perf_counter())
+
+    def stop(self) -> None:
+        self._pending.append((self._marks[0], self._events))
+
+    def _event(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def flush(self) -> None:
+        """Resolve the epoch's steps into rows (on CUDA this waits for the device once)."""
+        if self.cuda and self._pending:
+            self._pending[-1][1][-1].synchronize()
+        for data, events in self._pending:
+            if self.cuda:
+                parts = [a.elapsed_time(b) / 1000 for a, b in zip(events, events[1:])]
+            else:
+                parts = [b - a for a, b in zip(events, events[1:])]
+            self.rows.append([data, *parts, data + sum(parts)])
+        self._pending = []
+
+
+def stats(values) -> dict[str, float] | None:
+    """p50, p95, max and mean in seconds; None when there is nothing to summarise."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return None
+    return {"p50": float(np.percentile(array, 50)), "p95": float(np.percentile(array, 95)),
+            "max": float(array.max()), "mean": float(array.mean())}
+
+
+def step_summary(rows_per_rank: list[list[list[float]]], excluded: str) -> dict:
+    """The record's ``steps`` section from every rank's rows (warm-up already left out)."""
+    all_rows = [row for rows in rows_per_rank for row in rows]
+    table = np.asarray(all_rows, dtype=float).reshape(-1, len(PHASES) + 1)
+    phases = {name: stats(table[:, i]) for i, name in enumerate(("data",) + PHASES[1:])}
+    phases["step"] = stats(table[:, -1])
+    per_rank = []
+    for rank, rows in enumerate(rows_per_rank):
+        steps = [row[-1] for row in rows]
+        summary = stats(steps)
+        per_rank.append({"rank": rank, "steps": len(steps),
+                         "step_p50_s": summary and summary["p50"],
+                         "step_p95_s": summary and summary["p95"]})
+    return {"count": len(all_rows), "excluded": excluded, "phases": phases,
+            "per_rank": per_rank}
+
+
+def peak_memory(device: torch.device) -> tuple[str, int]:
+    """(kind, bytes): CUDA allocator peak, or the process's maximum resident set on the CPU."""
+    if device.type == "cuda":
+        return "cuda_max_allocated", int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    return "cpu_max_rss", int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -1,0 +1,70 @@
+"""The run record: environment facts, assembly, and the atomic write (schema in docs/record.md)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import parascale
+from parascale.files import atomic_write_text
+
+SCHEMA = "parascale.run/1"
+RECORD_NAME = "record.json"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_revision() -> str | None:
+    """The revision of the code that ran: the working folder's, else parascale's own checkout."""
+    for where in (os.getcwd(), Path(parascale.__file__).resolve().parent):
+        try:
+            out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
+                                 text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if out.returncode == 0:
+            return out.stdout.strip()
+    return None
+
+
+def environment(backend: str, device_type: str, devices: list[str], hosts: list[str],
+                launcher: str, start_time: str) -> dict[str, Any]:
+    import torchvision
+
+    return {
+        "python": platform.python_version(), "torch": torch.__version__,
+        "torchvision": torchvision.__version__, "parascale": parascale.__version__,
+        "backend": backend, "device_type": device_type, "devices": devices,
+        "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "hosts": sorted(set(hosts)),
+        "launcher": launcher, "git_revision": git_revision(), "start_time": start_time,
+    }
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def write(out_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
+    return atomic_write_text(Path(out_dir) / RECORD_NAME, json.dumps(record, indent=2) + "\n")
+
+
+def failure_record(config: dict[str, Any], status: str, reason: str, derived: dict | None,
+                   environment_: dict | None = None) -> dict[str, Any]:
+    """A record for a run that did not finish: never claims success, always says why."""
+    return {"schema": SCHEMA, "status": status, "reason": reason, "config": config,
+            "derived": derived, "environment": environment_, "epochs": [], "steps": None,
+            "memory": None, "time_to_accuracy": None, "summary": None, "study": None}

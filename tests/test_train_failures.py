@@ -1,0 +1,67 @@
+"""A worker that dies, crashes, stalls or runs out of memory ends the job fast, naming the rank."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+FAST = dict(workers=2, global_batch=32, epochs=2, timeout=10.0)
+
+
+@pytest.fixture
+def fault(monkeypatch):
+    def set_fault(text):
+        monkeypatch.setenv("PARASCALE_FAULT", text)
+    return set_fault
+
+
+@pytest.mark.slow
+def test_killed_worker_is_named_and_no_success_is_recorded(train_run, fault):
+    fault("kill@1:3")
+    start = time.monotonic()
+    record, state = train_run(**FAST)
+    assert time.monotonic() - start < 60  # bounded: far below any process-group default
+    assert record["status"] == "failed"
+    assert "rank 1" in record["reason"] and "SIGKILL" in record["reason"]
+    assert state is None  # no model from a failed run
+
+
+@pytest.mark.slow
+def test_crashing_worker_is_named_with_its_error(train_run, fault):
+    fault("raise@1:2")
+    record, _ = train_run(**FAST)
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("rank 1 failed: RuntimeError: injected fault")
+
+
+@pytest.mark.slow
+def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
+    fault("hang@1:2")
+    start = time.monotonic()
+    record, _ = train_run(**{**FAST, "timeout": 5.0})
+    assert time.monotonic() - start < 60
+    assert record["status"] == "failed"
+    assert record["reason"].startswith("rank 1 stopped responding"), record["reason"]
+
+
+@pytest.mark.slow
+def test_out_of_memory_is_a_result(train_run, fault):
+    fault("oom@16")
+    record, _ = train_run(**FAST)
+    assert record["status"] == "oom"
+    assert "per-device batch 16" in record["reason"]
+
+
+@pytest.mark.slow
+def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PARASCALE_FAULT": "raise@1:2"}
+    proc = subprocess.run([sys.executable, "-m", "parascale", "train", "--workers", "2",
+                           "--epochs", "1", "--timeout", "10", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("parascale: failed: rank 1 failed: RuntimeError"), proc.stderr
+    assert json.loads((out / "record.json").read_text())["status"] == "failed"
