@@ -65,8 +65,10 @@ class Strategy:
     def local_module(self) -> nn.Module:
         """The plain model (no wrappers): for evaluation and for saving."""
         module = self.model
-        while True:
-            inner = getattr(module, "module", None) or getattr(module, "_orig_mod", None)
+        while True:  # DDP keeps the model in .module, torch.compile in ._orig_mod
+            inner = getattr(module, "module", None)
+            if inner is None:
+                inner = getattr(module, "_orig_mod", None)
             if inner is None:
                 return module
             module = inner

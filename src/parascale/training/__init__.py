@@ -42,6 +42,9 @@ def preflight(cfg: TrainConfig, size: int) -> dict[str, Any]:
     data.check(cfg)
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     resolve_backend(cfg.backend, device_type)
+    if cfg.sync_batchnorm and device_type != "cuda":
+        raise UsageError("--sync-batchnorm needs CUDA devices (torch's SyncBatchNorm runs only "
+                         "on GPUs); leave it out on CPU workers")
     if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
         raise UsageError(f"--out {cfg.out} exists and is not a folder")
     bundle = data.build(cfg)

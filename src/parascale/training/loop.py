@@ -52,7 +52,11 @@ def run_worker(cfg: TrainConfig) -> dict | None:
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     world = join(device_type, resolve_backend(cfg.backend, device_type), cfg.gpus, cfg.timeout)
     try:
-        return _train(cfg, world)
+        result = _train(cfg, world)
+        # every rank arrives before any tears down: gloo aborts a process whose peer closes
+        # its sockets mid-teardown (not on failure, where a peer may be dead)
+        dist.barrier()
+        return result
     finally:
         leave()
 
