@@ -65,6 +65,7 @@ def hand_worker(rank: int, world: int, port: int, epochs: int, batch: int, queue
         throughputs.append(steps * global_batch / float(took))
     if rank == 0:
         queue.put(statistics.median(throughputs[1:]))
+    dist.barrier()  # gloo can abort a rank whose peer tears down first
     dist.destroy_process_group()
 
 

@@ -112,8 +112,11 @@ def _configurations(loaded: Loaded) -> str:
                      _distinct(r.get("derived", "global_batch") for r in records),
                      _distinct(r.get("config", "epochs") for r in records),
                      _distinct(r.get("config", "lr") for r in records),
-                     " · ".join(_distinct(r.get("config", k) for r in records)
-                                for k in ("device", "backend", "precision")),
+                     # what ran (the environment), not what was asked for ("auto")
+                     " · ".join(_distinct(r.get("environment", env, default=r.get("config", k))
+                                          for r in records)
+                                for k, env in (("device", "device_type"), ("backend", "backend"),
+                                               ("precision", "precision"))),
                      ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))])
     headers = ["study", "model", "dataset", "scaling", "sync", "workers N", "per-device batch",
                "global batch", "epochs", "lr", "device · backend · precision", "runs"]
