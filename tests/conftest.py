@@ -8,14 +8,20 @@ import pytest
 import torch
 
 
-def run_training(out: Path, **options) -> tuple[dict, dict[str, torch.Tensor] | None]:
-    """Run ``parascale.train`` into ``out``; return the record and the saved parameters."""
+def run_training(out: Path, expect: str | None = "ok",
+                 **options) -> tuple[dict, dict[str, torch.Tensor] | None]:
+    """Run ``parascale.train`` into ``out``; return the record and the saved parameters.
+
+    ``expect`` is the status the run must end with (its reason is shown when it does not).
+    """
     import parascale
 
     options.setdefault("dataset", "digits")
     options.setdefault("model", "smallcnn")
     options.setdefault("timeout", 60.0)
     record = parascale.train({**options, "out": str(out)})
+    if expect is not None:
+        assert record["status"] == expect, record["reason"]
     on_disk = json.loads((out / "record.json").read_text())
     assert on_disk == record
     model = out / "model.pt"

@@ -21,7 +21,7 @@ def fault(monkeypatch):
 def test_killed_worker_is_named_and_no_success_is_recorded(train_run, fault):
     fault("kill@1:3")
     start = time.monotonic()
-    record, state = train_run(**FAST)
+    record, state = train_run(expect="failed", **FAST)
     assert time.monotonic() - start < 60  # bounded: far below any process-group default
     assert record["status"] == "failed"
     assert "rank 1" in record["reason"] and "SIGKILL" in record["reason"]
@@ -31,7 +31,7 @@ def test_killed_worker_is_named_and_no_success_is_recorded(train_run, fault):
 @pytest.mark.slow
 def test_crashing_worker_is_named_with_its_error(train_run, fault):
     fault("raise@1:2")
-    record, _ = train_run(**FAST)
+    record, _ = train_run(expect="failed", **FAST)
     assert record["status"] == "failed"
     assert record["reason"].startswith("rank 1 failed: RuntimeError: injected fault")
 
@@ -40,7 +40,7 @@ def test_crashing_worker_is_named_with_its_error(train_run, fault):
 def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
     fault("hang@1:2")
     start = time.monotonic()
-    record, _ = train_run(**{**FAST, "timeout": 5.0})
+    record, _ = train_run(expect="failed", **{**FAST, "timeout": 5.0})
     assert time.monotonic() - start < 60
     assert record["status"] == "failed"
     assert record["reason"].startswith("rank 1 stopped responding"), record["reason"]
@@ -49,7 +49,7 @@ def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
 @pytest.mark.slow
 def test_out_of_memory_is_a_result(train_run, fault):
     fault("oom@16")
-    record, _ = train_run(**FAST)
+    record, _ = train_run(expect="oom", **FAST)
     assert record["status"] == "oom"
     assert "per-device batch 16" in record["reason"]
 
