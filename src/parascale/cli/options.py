@@ -75,14 +75,17 @@ def _kind(annotation: Any) -> Any:
     return rest[0] if len(rest) == 1 and len(args) == 2 else annotation
 
 
-def add_train_options(parser: argparse.ArgumentParser, sections: bool = True) -> None:
-    """Add one option per TrainConfig field, grouped as in SECTIONS."""
+def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
+                      exclude: set[str] | frozenset[str] = frozenset()) -> None:
+    """Add one option per TrainConfig field, grouped as in SECTIONS; none for ``exclude``."""
     hints = typing.get_type_hints(TrainConfig)
     docs = field_docs()
     group: Any = parser
     for field in dataclasses.fields(TrainConfig):
         if sections and field.name in SECTIONS:
             group = parser.add_argument_group(SECTIONS[field.name])
+        if field.name in exclude:
+            continue
         kind = _kind(hints[field.name])
         default = field.default if field.default is not dataclasses.MISSING else \
             field.default_factory()  # type: ignore[misc]
