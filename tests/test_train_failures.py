@@ -65,3 +65,32 @@ def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("parascale: failed: rank 1 failed: RuntimeError"), proc.stderr
     assert json.loads((out / "record.json").read_text())["status"] == "failed"
+
+
+def _alive(pid: int) -> bool:
+    """Running, sleeping or stopped; a zombie (dead, not yet reaped) does not count."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_launcher(tmp_path):
+    launcher = subprocess.Popen([sys.executable, "-m", "parascale", "train", "--workers", "2",
+                                 "--epochs", "500", "--no-save-model", "--out",
+                                 str(tmp_path / "run")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    workers = []
+    while len(workers) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        found = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
+                               text=True).stdout.split()
+        workers = [int(p) for p in found]
+    assert len(workers) == 2, "the workers never started"
+    launcher.kill()
+    launcher.wait()
+    time.sleep(1)
+    assert [p for p in workers if _alive(p)] == []

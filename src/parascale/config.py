@@ -62,6 +62,9 @@ class TrainConfig:
     """auto | cpu | cuda. auto: cuda when --gpus is given, or under torchrun/srun with CUDA present."""
     backend: str = "auto"
     """auto | gloo | nccl. auto: nccl on CUDA, gloo on CPU."""
+    threads: int | None = None
+    """Intra-op CPU threads per worker; default: the cores divided by the workers, so cores are
+    not oversubscribed. Scaling studies fix it for every N, so a worker is the same device."""
 
     batch_size: int | None = None
     """Per-device batch. Give this or global_batch, not both; the other is derived."""
@@ -172,7 +175,7 @@ def _positive(name: str, value, allow_none: bool = True, kind=int) -> None:
 
 def validate(cfg: TrainConfig) -> None:
     """Check values that need no world: sizes, choices, exclusive options."""
-    for name in ("workers", "batch_size", "global_batch", "epochs", "steps", "base_batch",
+    for name in ("workers", "threads", "batch_size", "global_batch", "epochs", "steps", "base_batch",
                  "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
         _positive(name, getattr(cfg, name))
     for name in ("lr", "timeout", "bucket_mb"):

@@ -325,6 +325,19 @@ def _labels(jobs: list[Job], repeat: int) -> None:
         job.label = " ".join(parts)
 
 
+def _fix_threads(jobs: list[Job]) -> None:
+    """Give CPU workers the same thread count at every N: cores / the largest N.
+
+    Otherwise one worker would use every core and N workers one core each, and the study would
+    compare data parallelism with intra-op threading instead of one device with N devices.
+    """
+    cpu = [j for j in jobs if not j.train.get("gpus") and j.train.get("device", "auto") != "cuda"]
+    if cpu and all(j.train.get("threads") is None for j in cpu):
+        threads = max(1, available_cores() // max(j.world_size for j in cpu))
+        for job in cpu:
+            job.train["threads"] = job.params["threads"] = threads
+
+
 def make_jobs(inputs: StudyInputs) -> list[Job]:
     """Every job of the study in run order: repeats in rounds, each baseline after its run."""
     from parascale.runtime import external_launcher
@@ -336,6 +349,7 @@ def make_jobs(inputs: StudyInputs) -> list[Job]:
     referenced = referenced_names(inputs)
     check = _Checker()
     jobs = _order([_job(run, referenced, check) for run in runs])
+    _fix_threads(jobs)
     if inputs.baseline:
         sync.check("none")
         jobs = [j for job in jobs for j in

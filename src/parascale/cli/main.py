@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from parascale.errors import UsageError, WorkerFailure
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerFailure as exc:
         print(f"parascale: failed: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into `head` and the like: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("parascale: interrupted", file=sys.stderr)
         return 130

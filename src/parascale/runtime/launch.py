@@ -56,6 +56,17 @@ def _open_store(port: int | None) -> dist.TCPStore:
         raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc}") from None
 
 
+def _die_with_launcher() -> None:
+    """Runs in each worker before exec: if the launcher dies, even by SIGKILL, so does the
+    worker (Linux's parent-death signal), instead of training on as an orphan."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: workers may outlive a killed launcher
+        pass
+
+
 def _signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -85,7 +96,7 @@ class LocalJob:
             out = None if log is None else open(log, "wb")
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", module], env=wenv, stdout=out, stderr=out,
-                stdin=subprocess.DEVNULL))
+                stdin=subprocess.DEVNULL, preexec_fn=_die_with_launcher))
             if out is not None:
                 out.close()
             self.logs.append(log)

@@ -85,7 +85,7 @@ def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any]) -> dict[
     out = Path(cfg.out or scratch)
     resolved = dataclasses.replace(cfg, workers=size, out=str(out),
                                    save_model=cfg.save_model and scratch is None)
-    threads = max(1, available_cores() // size)
+    threads = cfg.threads or max(1, available_cores() // size)
     try:
         out.mkdir(parents=True, exist_ok=True)
         # a record left by an earlier run here must not pass for this one's if it is interrupted
