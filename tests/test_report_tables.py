@@ -325,3 +325,38 @@ def test_write_report_several_studies_to_explicit_out(tmp_path):
     table = list(csv.DictReader((tmp_path / "both" / "summary.csv").open()))
     assert {(r["study"], r["workers"]) for r in table} == {("a", "1"), ("a", "2"), ("b", "1"), ("b", "2")}
     assert not (a / "report").exists()  # --out given: nothing written next to the studies
+
+
+# ---- series: a sweep is not a set of repeats ----------------------------------------------------
+
+def test_a_batch_sweep_makes_one_series_per_batch_not_repeats(tmp_path):
+    records = []
+    for batch, x1 in ((16, 1000.0), (64, 3000.0)):
+        for n in (1, 2):
+            rec = record(n, x1 * n * 0.8 if n > 1 else x1, batch=batch)
+            rec["study"]["config_id"] += f"-b{batch}"
+            records.append(rec)
+    rows = rows_for(tmp_path, records)
+    assert [(r.key.variant, r.workers, r.runs) for r in rows] == [
+        ("batch 16 per device", 1, 1), ("batch 16 per device", 2, 1),
+        ("batch 64 per device", 1, 1), ("batch 64 per device", 2, 1)]
+    assert all(r.efficiency == pytest.approx(0.8) for r in rows if r.workers == 2)
+
+
+def test_a_differing_setting_labels_its_series_and_baselines_follow_it(tmp_path):
+    records = []
+    for lr, x2 in ((0.05, 1800.0), (0.1, 1500.0)):
+        for n, x, base in ((1, 1000.0, False), (2, x2, False), (2, 1900.0, True)):
+            rec = record(n, x, baseline=base, sync="none" if base else "allreduce")
+            rec["config"]["lr"] = lr
+            rec["study"]["config_id"] += f"-lr{lr}"
+            records.append(rec)
+    rows = {(r.key.variant, r.workers): r for r in rows_for(tmp_path, records)}
+    assert set(rows) == {("lr=0.05", 1), ("lr=0.05", 2), ("lr=0.1", 1), ("lr=0.1", 2)}
+    assert rows[("lr=0.1", 2)].sync_cost == pytest.approx(1 - 1500 / 1900)
+    assert rows[("lr=0.05", 2)].sync_cost == pytest.approx(1 - 1800 / 1900)
+
+
+def test_one_series_has_no_variant_label(tmp_path):
+    rows = rows_for(tmp_path, [record(1, 1000.0), record(2, 1900.0)])
+    assert {r.key.variant for r in rows} == {""}

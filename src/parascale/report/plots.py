@@ -69,10 +69,10 @@ def write_plots(plots: Iterable[Plot], out_dir: Path) -> list[Path]:
 
 def series_labels(keys: list[GroupKey]) -> dict[GroupKey, str]:
     """Legend labels naming only what differs between series (the model always)."""
-    fields = ["model", "dataset", "scaling", "sync", "study"]
+    fields = ["model", "dataset", "scaling", "sync", "variant", "study"]
     varying = [f for f in fields if f == "model" or len({getattr(k, f) for k in keys}) > 1]
     words = {"scaling": lambda v: f"{v or 'unknown'} scaling", "sync": lambda v: f"sync {v}",
-             "study": lambda v: f"[{v}]"}
+             "study": lambda v: f"[{v}]", "variant": lambda v: f"({v})" if v else ""}
     labels = {k: " ".join(words.get(f, str)(getattr(k, f)) for f in varying) for k in keys}
     # a '$' in a model name would switch matplotlib to math mode (and can fail to parse)
     return {k: label.replace("$", r"\$") for k, label in labels.items()}

@@ -26,6 +26,7 @@ from statistics import median
 from typing import Any, Iterable, NamedTuple
 
 from parascale.report.load import Problem, RunRecord
+from parascale.report.series import variants
 
 FORMULAS = {
     "weak": "E = t1/tN (t = time per step, per-device batch fixed)",
@@ -43,6 +44,7 @@ class GroupKey(NamedTuple):
     dataset: str
     scaling: str | None
     sync: str
+    variant: str = ""  # what tells this series from others of its family (see series.py)
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class Row:
 def summary_rows(records: Iterable[RunRecord]) -> list[Row]:
     """Scaling rows from the ``ok`` records: pure, so tables and plots agree by construction."""
     ok = [r for r in records if r.status == "ok"]
+    labels = variants(ok)
     groups: dict[GroupKey, dict[int, list[RunRecord]]] = defaultdict(lambda: defaultdict(list))
     baselines: dict[tuple, list[RunRecord]] = defaultdict(list)
     order: dict[str, int] = {}
@@ -116,24 +119,27 @@ def summary_rows(records: Iterable[RunRecord]) -> list[Row]:
         order.setdefault(record.study, len(order))
         if record.baseline:
             # matched without sync: a baseline exchanges nothing, whatever its sync setting says
-            where = (record.study, record.model, record.dataset, record.scaling, record.workers)
+            where = (record.study, record.model, record.dataset, record.scaling,
+                     labels[id(record)], record.workers)
             baselines[where].append(record)
         else:
-            groups[_key(record)][record.workers].append(record)
+            groups[_key(record, labels[id(record)])][record.workers].append(record)
     rows: list[Row] = []
-    for key in sorted(groups, key=lambda k: (order[k.study], k.model, k.dataset, k.scaling or "", k.sync)):
+    for key in sorted(groups, key=lambda k: (order[k.study], k.model, k.dataset, k.scaling or "",
+                                             k.sync, k.variant)):
         by_n = groups[key]
         ref_n = 1 if 1 in by_n else min(by_n)
         ref_x = median(_num(r, "summary", "steady_throughput") for r in by_n[ref_n])
         mode, inferred = (key.scaling, False) if key.scaling else (_infer_mode(by_n), True)
         for n in sorted(by_n):
-            base = baselines.get((key.study, key.model, key.dataset, key.scaling, n), [])
+            base = baselines.get((key.study, key.model, key.dataset, key.scaling, key.variant, n),
+                                 [])
             rows.append(_row(key, n, by_n[n], ref_n, ref_x, mode, inferred and mode is not None, base))
     return rows
 
 
-def _key(record: RunRecord) -> GroupKey:
-    return GroupKey(record.study, record.model, record.dataset, record.scaling, record.sync)
+def _key(record: RunRecord, variant: str = "") -> GroupKey:
+    return GroupKey(record.study, record.model, record.dataset, record.scaling, record.sync, variant)
 
 
 def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
@@ -206,6 +212,8 @@ def group_title(key: GroupKey, rows: list[Row], all_keys: Iterable[GroupKey]) ->
         title += f"{mode} scaling" + (" (inferred from batch sizes)" if rows and rows[0].inferred else "")
     if len({k.sync for k in keys}) > 1 or key.sync != "allreduce":
         title += f", sync {key.sync}"
+    if key.variant:
+        title += f", {key.variant}"
     if len({k.study for k in keys}) > 1:
         title += f" [{key.study}]"
     return title
@@ -226,10 +234,16 @@ def sentences(rows: list[Row], unfinished: Iterable[RunRecord] = ()) -> list[str
     Groups in which nothing finished get a sentence too, so a study of failures still says so.
     """
     groups = grouped(rows)
+    # an unfinished run has no measured settings to place it in a series: it joins the first
+    # series of its family
+    first = {}
+    for key in groups:
+        first.setdefault(key._replace(variant=""), key)
     missing: dict[GroupKey, list[RunRecord]] = defaultdict(list)
     for record in unfinished:
         if not record.baseline:
-            missing[_key(record)].append(record)
+            key = _key(record)
+            missing[first.get(key, key)].append(record)
     keys = list(groups) + [k for k in missing if k not in groups]
     out = []
     for key in keys:
