@@ -19,6 +19,12 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("auto", "gloo", "nccl")
 TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
 DEVICES = ("auto", "cpu", "cuda")
+PS_MODES = ("sync", "async")
+COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
+#: options that only one strategy reads, and the --sync that reads them (see docs/strategies.md)
+STRATEGY_OPTIONS = {"ps_mode": "parameter-server", "ps_servers": "parameter-server",
+                    "period": "local-sgd", "compression": "allreduce",
+                    "powersgd_rank": "allreduce"}
 
 
 def available_cores() -> int:
@@ -108,11 +114,24 @@ class TrainConfig:
     """Wrap the model in torch.compile."""
 
     sync: str = "allreduce"
-    """Synchronisation strategy (see `parascale.sync.names()`)."""
+    """Synchronisation strategy: allreduce (DDP), reduce-broadcast, parameter-server, local-sgd,
+    or none (no exchange: the contention baseline). See docs/strategies.md."""
     bucket_mb: float = 25.0
     """DDP bucket size in MiB for the allreduce strategy."""
+    compression: str = "none"
+    """Gradient compression for --sync allreduce: none | fp16 | bf16 | powersgd (DDP hooks)."""
+    powersgd_rank: int = 1
+    """Rank r of PowerSGD's low-rank approximation (with --compression powersgd)."""
+    ps_mode: str = "sync"
+    """Parameter server: sync (wait for every worker each step) or async (apply each worker's
+    gradient as it arrives; staleness is recorded)."""
+    ps_servers: int = 1
+    """Parameter server processes, started in addition to the workers; parameters are sharded
+    across them."""
+    period: int = 1
+    """Local SGD: average the parameters every this many local steps."""
     sync_options: dict[str, Any] = field(default_factory=dict)
-    """Strategy-specific options (e.g. period for local SGD)."""
+    """Reserved for strategies that are not built in; the built-in ones take the options above."""
 
     target_accuracy: float | None = None
     """Record time-to-accuracy: wall time and epochs until test accuracy first reaches this."""
@@ -180,6 +199,7 @@ def validate(cfg: TrainConfig) -> None:
         _positive(name, getattr(cfg, name))
     for name in ("lr", "timeout", "bucket_mb"):
         _positive(name, float(getattr(cfg, name)), kind=float)
+    _validate_strategy_options(cfg)
     if cfg.batch_size is not None and cfg.global_batch is not None:
         raise UsageError("give --batch-size (per device) or --global-batch, not both")
     if cfg.epochs is not None and cfg.steps is not None:
@@ -214,6 +234,34 @@ def validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--gpus must list distinct device indices, got {cfg.gpus}")
         if cfg.device == "cpu":
             raise UsageError("--gpus conflicts with --device cpu")
+
+
+def _validate_strategy_options(cfg: TrainConfig) -> None:
+    """Values of the strategy options, and no option of one strategy given with another."""
+    for name in ("ps_servers", "period", "powersgd_rank"):
+        _positive(name, getattr(cfg, name), allow_none=False)
+    for name, choices in (("ps_mode", PS_MODES), ("compression", COMPRESSIONS)):
+        if getattr(cfg, name) not in choices:
+            raise UsageError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
+                             f"got {getattr(cfg, name)!r}")
+    defaults = TrainConfig()
+    # --sync none ignores them all, so a baseline is any run with --sync changed to none
+    if cfg.sync != "none":
+        for name, owner in STRATEGY_OPTIONS.items():
+            value = getattr(cfg, name)
+            if value != getattr(defaults, name) and cfg.sync != owner:
+                raise UsageError(f"--{name.replace('_', '-')} {value} belongs to --sync {owner}, "
+                                 f"not --sync {cfg.sync}")
+    if cfg.powersgd_rank != defaults.powersgd_rank and cfg.compression != "powersgd":
+        raise UsageError(f"--powersgd-rank {cfg.powersgd_rank} belongs to --compression "
+                         f"powersgd, not --compression {cfg.compression}")
+    if cfg.sync == "parameter-server" and cfg.precision == "fp16":
+        raise UsageError("--precision fp16 does not work with --sync parameter-server (the "
+                         "servers apply unscaled fp32 updates); use bf16 or fp32")
+    if cfg.sync_options:
+        raise UsageError(f"--sync-option {', '.join(sorted(cfg.sync_options))}: the built-in "
+                         "strategies take their own flags instead (--compression, "
+                         "--powersgd-rank, --ps-mode, --ps-servers, --period)")
 
 
 def resolve_lr(lr: float, rule: str, global_batch: int, base_batch: int) -> float:

@@ -9,8 +9,12 @@ from parascale.runtime.world import World
 from parascale.sync.allreduce import AllReduce
 from parascale.sync.base import Strategy
 from parascale.sync.independent import Independent
+from parascale.sync.local_sgd import LocalSGD
+from parascale.sync.parameter_server import ParameterServer
+from parascale.sync.reduce_broadcast import ReduceBroadcast
 
-_REGISTRY: dict[str, type[Strategy]] = {cls.name: cls for cls in (AllReduce, Independent)}
+_REGISTRY: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (AllReduce, ReduceBroadcast, ParameterServer, LocalSGD, Independent)}
 
 
 def names() -> list[str]:

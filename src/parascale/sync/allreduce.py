@@ -2,16 +2,49 @@
 from __future__ import annotations
 
 import contextlib
+import time
+from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from parascale.sync.base import Strategy, parameter_bytes
+from parascale.sync.base import Strategy
+from parascale.sync.compression import allreduced_bytes, hook_for
+
+
+class _BucketClock:
+    """State of the timing hook: when the last gradient bucket of this backward was ready."""
+
+    def __init__(self, state: Any, hook, cuda: bool):
+        self.state, self.hook, self.cuda = state, hook, cuda
+        self.last: Any = None
+
+    def take(self) -> Any:
+        last, self.last = self.last, None
+        return last
+
+
+def _timed_hook(clock: _BucketClock, bucket):
+    """Note when the bucket became ready, then run the real (possibly compressing) hook.
+
+    DDP calls the hook of bucket i once all its gradients are computed, and launches buckets in
+    order, so the last call of a backward is the moment the last gradient is ready: compute is
+    over, and what backward still waits for after it is communication left exposed.
+    """
+    if clock.cuda:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()  # on the backward stream: completes once the bucket's gradients exist
+        clock.last = event
+    else:
+        clock.last = time.perf_counter()
+    return clock.hook(clock.state, bucket)
 
 
 class AllReduce(Strategy):
     """DDP. Gradients are averaged in buckets of ``--bucket-mb`` while backward still runs, so
-    most communication hides behind compute; its cost shows inside the "compute" phase."""
+    most communication hides behind compute; what does not (the allreduce of the last bucket,
+    and any bucket still queued when the last gradient is ready) is the "sync" phase."""
 
     name = "allreduce"
 
@@ -19,14 +52,25 @@ class AllReduce(Strategy):
         device_ids = [self.world.device] if self.world.device.type == "cuda" else None
         self.model = DistributedDataParallel(model, device_ids=device_ids,
                                              bucket_cap_mb=self.cfg.bucket_mb)
+        state, hook = hook_for(self.cfg.compression, self.cfg.powersgd_rank)
+        self._clock = _BucketClock(state, hook, self.world.device.type == "cuda")
+        self.model.register_comm_hook(self._clock, _timed_hook)
         n = self.world.size
-        # ring allreduce: every rank sends 2(n-1)/n of the gradient bytes
-        self.bytes_per_step = int(2 * (n - 1) / n * parameter_bytes(model))
+        # ring allreduce: every rank sends 2(n-1)/n of the bytes that enter the allreduce
+        self.bytes_per_step = int(2 * (n - 1) / n * allreduced_bytes(
+            model, self.cfg.compression, self.cfg.powersgd_rank))
         return self.model
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         # gradients of non-final micro-batches stay local; the last backward reduces the sum
         return contextlib.nullcontext() if last else self.model.no_sync()
 
+    def compute_end(self) -> Any | None:
+        return self._clock.take()
+
     def options(self) -> dict:
-        return {"bucket_mb": self.cfg.bucket_mb}
+        options: dict[str, Any] = {"bucket_mb": self.cfg.bucket_mb,
+                                   "compression": self.cfg.compression}
+        if self.cfg.compression == "powersgd":
+            options["powersgd_rank"] = self.cfg.powersgd_rank
+        return options

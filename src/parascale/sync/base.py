@@ -5,13 +5,18 @@ A training step, as the loop runs it::
     for each micro-batch:                       # phase "compute"
         with strategy.accumulating(last=...):   #   no gradient exchange on non-final micro-batches
             forward, backward
-    strategy.synchronize()                      # phase "sync": exposed communication, if any
+    strategy.compute_end()                      # when compute really ended, if known better
+    strategy.synchronize(optimizer)             # phase "sync": exposed communication, if any
     strategy.step(optimizer, scaler)            # phase "optimizer"
-    strategy.after_step(step)                   # e.g. local SGD's periodic averaging
+    strategy.after_step(step)                   # phase "sync" too: e.g. local SGD's averaging
+    ...
+    strategy.finish()                           # once, after the last step (collective)
 
-Strategies that overlap communication with backward (DDP) do their work inside "compute" and
-leave ``synchronize`` empty; strategies that communicate after backward do it in ``synchronize``,
-so the record's phase split shows what each one costs.
+Strategies that overlap communication with backward (DDP) do their work inside backward and
+report, through ``compute_end``, the moment the last gradient was ready: the wait after it is
+exposed synchronisation, so the clock moves it from "compute" to "sync". Strategies that
+communicate after backward do it in ``synchronize``, so the record's phase split shows what each
+one costs (docs/strategies.md).
 """
 from __future__ import annotations
 
@@ -49,8 +54,21 @@ class Strategy:
         """Context for one micro-batch's forward and backward; ``last`` is the final one."""
         return contextlib.nullcontext()
 
-    def synchronize(self) -> None:
-        """Exchange gradients after backward (for strategies that do not overlap it)."""
+    def compute_end(self) -> Any | None:
+        """When this step's compute ended, if the strategy knows it better than the clock.
+
+        A ``time.perf_counter()`` value (or a CUDA event on GPUs), or None for "now". DDP's
+        backward returns only after its last allreduce; the moment its last gradient bucket was
+        ready ends compute, and the wait after it is exposed synchronisation.
+        """
+        return None
+
+    def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
+        """Exchange gradients after backward (for strategies that do not overlap it).
+
+        ``optimizer`` is there for strategies that update elsewhere (a parameter server needs
+        the step's learning rate); the others ignore it.
+        """
 
     def step(self, optimizer: torch.optim.Optimizer, scaler: Any | None = None) -> None:
         if scaler is not None:
@@ -60,7 +78,12 @@ class Strategy:
             optimizer.step()
 
     def after_step(self, step: int) -> None:
-        """Called after every optimizer step with the 1-based global step number."""
+        """Called after every optimizer step with the 1-based global step number; its time
+        counts as synchronisation."""
+
+    def finish(self) -> None:
+        """Collective, once after the last step and before the record: stop helpers, gather
+        what ``measurements`` reports."""
 
     def local_module(self) -> nn.Module:
         """The plain model (no wrappers): for evaluation and for saving."""
@@ -84,9 +107,10 @@ class Strategy:
                 dist.broadcast(buffer, src=0)
 
     def options(self) -> dict[str, Any]:
-        """Strategy settings for the run record."""
+        """Strategy settings for the run record (``derived.sync_options``)."""
         return {}
 
-
-def parameter_bytes(model: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    def measurements(self) -> dict[str, Any] | None:
+        """What the strategy measured beyond the step phases (the record's ``sync`` section),
+        on rank 0 after ``finish``; None when there is nothing more."""
+        return None

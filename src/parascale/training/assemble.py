@@ -50,6 +50,7 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
         "memory": {"kind": gathered[0]["memory"][0],
                    "peak_bytes_per_rank": [g["memory"][1] for g in gathered]},
         "time_to_accuracy": tta,
+        "sync": strategy.measurements(),
         "summary": {
             "setup_time_s": times["setup_s"], "total_time_s": times["total_s"],
             "steady_epoch_time_s": median(e["wall_time_s"] for e in steady),

@@ -142,8 +142,8 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
                 scaled = loss / accumulate
                 (scaler.scale(scaled) if scaler else scaled).backward()
                 loss_sum += loss.detach().double() * y.shape[0]
-            clock.boundary()
-            strategy.synchronize()
+            clock.boundary(strategy.compute_end())
+            strategy.synchronize(optimizer)
             clock.boundary()
             strategy.step(optimizer, scaler)
             optimizer.zero_grad(set_to_none=True)
@@ -172,6 +172,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         if cfg.stop_at_target and tta and tta["reached"]:
             break
     progress.close()
+    strategy.finish()
     total_s = time.perf_counter() - t_start
     if plan.epochs > 1:
         excluded = "epoch 1 (warm-up)"

@@ -1,7 +1,10 @@
 """Step timing split into phases, and statistics with their names right.
 
-Each step is cut at four boundaries: batch ready, backward done, synchronisation done, optimizer
-done. On the CPU the clock is ``perf_counter``; on CUDA the boundaries after the batch are CUDA
+Each step is cut at five boundaries: batch ready, compute done, synchronisation done, optimizer
+done, after-step work done. "Compute done" is the moment backward ended, or the earlier moment
+the strategy names (DDP: its last gradient bucket was ready; what follows is exposed
+synchronisation). After-step work (local SGD's parameter averaging) is counted as "sync".
+On the CPU the clock is ``perf_counter``; on CUDA the boundaries after the batch are CUDA
 events, read once per epoch, so timing adds no synchronisation to the step it measures (waiting
 on the device every step would serialise the very overlap we want to see).
 """
@@ -31,10 +34,14 @@ class StepClock:
         self._marks = [time.perf_counter() - self._t0]
         self._events = [self._event()] if self.cuda else [time.perf_counter()]
 
-    def boundary(self) -> None:
-        self._events.append(self._event() if self.cuda else time.perf_counter())
+    def boundary(self, at=None) -> None:
+        """A phase ends now, or ``at`` (a perf_counter value, or a CUDA event on CUDA)."""
+        if at is None:
+            at = self._event() if self.cuda else time.perf_counter()
+        self._events.append(at)
 
     def stop(self) -> None:
+        self.boundary()
         self._pending.append((self._marks[0], self._events))
 
     def _event(self):
@@ -51,7 +58,8 @@ class StepClock:
                 parts = [a.elapsed_time(b) / 1000 for a, b in zip(events, events[1:])]
             else:
                 parts = [b - a for a, b in zip(events, events[1:])]
-            self.rows.append([data, *parts, data + sum(parts)])
+            compute, sync, optimizer, after = parts
+            self.rows.append([data, compute, sync + after, optimizer, data + sum(parts)])
         self._pending = []
 
 

@@ -1,0 +1,186 @@
+"""``parascale comm``: how fast the current world's interconnect moves collectives.
+
+A microbenchmark in the manner of nccl-tests: allreduce, broadcast, reduce and all-gather of
+float32 messages from bytes to hundreds of MB, on the same workers (gloo on CPU, NCCL on GPUs)
+that training would use. For each operation and size: warm-up iterations, then timed ones;
+the time of a size is the slowest rank's median iteration. Bandwidths follow nccl-tests'
+definitions (REFERENCE.md §7): algorithm bandwidth ``algbw = S / t`` and bus bandwidth
+``busbw = algbw * factor``, with factor 2(n-1)/n for allreduce, (n-1)/n for all-gather and 1
+for broadcast and reduce, so that figures compare across worker counts. S is the message size
+(all-gather: the gathered output, each rank contributing S/n).
+
+The record (``DIR/comm.json``, schema ``parascale.comm/1``) is what the scaling predictor
+reads; its fields are described in docs/strategies.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parascale.errors import UsageError
+
+SCHEMA = "parascale.comm/1"
+RECORD_NAME = "comm.json"
+OPS = ("allreduce", "broadcast", "reduce", "all_gather")
+DEFAULT_SIZES = tuple(1024 * 4 ** i for i in range(10))  # 1 KiB .. 256 MiB
+ELEMENT_BYTES = 4  # float32
+_UNITS = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMG]?)(?:I?B)?", re.IGNORECASE)
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' factor from algorithm to bus bandwidth for ``n`` ranks."""
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op == "all_gather":
+        return (n - 1) / n
+    return 1.0
+
+
+def parse_size(text: str) -> int:
+    """'1K' -> 1024, '64M' -> 67108864, '512' -> 512: powers of 1024, a trailing B or iB allowed."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"--sizes: cannot read {text!r}; use bytes with an optional K, M or G "
+                         "suffix (powers of 1024), e.g. 1K,1M,64M")
+    size = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if size < ELEMENT_BYTES or size != int(size):
+        raise UsageError(f"--sizes: {text!r} is {size:g} bytes; each size must be a whole number "
+                         f"of at least {ELEMENT_BYTES} bytes (one float32)")
+    return int(size)
+
+
+def format_size(size: int) -> str:
+    for unit in ("G", "M", "K"):
+        if size >= _UNITS[unit] and size % _UNITS[unit] == 0:
+            return f"{size // _UNITS[unit]}{unit}"
+    return f"{size}B" if size < 1024 else f"{size / 1024:.1f}K"
+
+
+@dataclass
+class CommConfig:
+    workers: int | None = None
+    """CPU worker processes (default one per core); under torchrun/srun, the launcher's world."""
+    gpus: tuple[int, ...] | None = None
+    """CUDA device indices, one worker each (NCCL)."""
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    """Message sizes in bytes."""
+    ops: tuple[str, ...] = OPS
+    """Collectives to time."""
+    warmup: int = 2
+    """Untimed iterations before each measurement."""
+    iters: int = 50
+    """Most timed iterations per operation and size (fewer when an iteration is slow)."""
+    min_iters: int = 5
+    """Fewest timed iterations per operation and size."""
+    seconds_per_point: float = 0.3
+    """Time budget that picks the iteration count between min_iters and iters."""
+    timeout: float = 120.0
+    """Seconds a collective may wait before the job is declared stuck."""
+    port: int | None = None
+    """Port of the local launch's rendezvous store (loopback); default: a free one."""
+    out: str | None = None
+    """Folder for comm.json."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for key in ("sizes", "ops", "gpus"):
+            if data[key] is not None:
+                data[key] = list(data[key])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommConfig:
+        data = dict(data)
+        for key in ("sizes", "ops", "gpus"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def validate(cfg: CommConfig, size: int) -> None:
+    if size < 2:
+        raise UsageError(f"parascale comm needs at least 2 workers (a collective on one process "
+                         f"moves nothing); got {size}")
+    unknown = [op for op in cfg.ops if op not in OPS]
+    if unknown or not cfg.ops:
+        raise UsageError(f"--ops: unknown {', '.join(map(repr, unknown)) or 'empty list'}; "
+                         f"choose from {', '.join(OPS)}")
+    if not cfg.sizes:
+        raise UsageError("--sizes needs at least one size, e.g. 1K,1M")
+    for name in ("iters", "min_iters"):
+        if getattr(cfg, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, "
+                             f"got {getattr(cfg, name)}")
+    if cfg.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {cfg.warmup}")
+    if cfg.min_iters > cfg.iters:
+        raise UsageError(f"--min-iters {cfg.min_iters} is more than --iters {cfg.iters}")
+    if not cfg.timeout > 0:
+        raise UsageError(f"--timeout must be positive, got {cfg.timeout}")
+    if cfg.gpus is not None and cfg.workers is not None and cfg.workers != len(cfg.gpus):
+        raise UsageError(f"--workers {cfg.workers} does not match --gpus "
+                         f"{','.join(map(str, cfg.gpus))} (one worker per GPU)")
+
+
+def run(cfg: CommConfig) -> dict[str, Any]:
+    """Measure and return the record (written to ``cfg.out`` when given). Rank 0 only under
+    torchrun/srun; other ranks get an empty dict."""
+    from parascale.config import available_cores
+    from parascale.errors import WorkerFailure
+    from parascale.runtime import (external_launcher, external_size, launch,
+                                   resolve_device_type)
+
+    if external_launcher():
+        size = external_size()
+    else:
+        size = len(cfg.gpus) if cfg.gpus else (cfg.workers or available_cores())
+    validate(cfg, size)
+    resolve_device_type("cuda" if cfg.gpus else "auto", cfg.gpus)
+    if external_launcher():
+        from parascale.comm.worker import run_worker
+
+        return run_worker(cfg) or {}
+    scratch = None if cfg.out else tempfile.mkdtemp(prefix="parascale-comm-")
+    out = Path(cfg.out or scratch)
+    resolved = dataclasses.replace(cfg, workers=size, out=str(out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RECORD_NAME).unlink(missing_ok=True)
+        outcome = launch("parascale.comm.worker", size,
+                         {"PARASCALE_COMM_CONFIG": json.dumps(resolved.to_dict())},
+                         port=cfg.port, threads=max(1, available_cores() // size))
+        if outcome.status != "ok":
+            raise WorkerFailure(outcome.message, outcome.rank)
+        return json.loads((out / RECORD_NAME).read_text())
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def format_table(record: dict[str, Any]) -> str:
+    """The results as nccl-tests prints them: one line per operation and size."""
+    n = record["world_size"]
+    lines = [f"{'op':<11}{'size':>8}{'iters':>7}{'time':>12}{'algbw GB/s':>12}"
+             f"{'busbw GB/s':>12}   ({n} workers, {record['environment']['backend']}, "
+             f"time = slowest rank's median)"]
+    for r in record["results"]:
+        t = r["time_s"]
+        shown = f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
+        lines.append(f"{r['op']:<11}{format_size(r['bytes']):>8}{r['iterations']:>7}{shown:>12}"
+                     f"{r['algbw_bytes_per_s'] / 1e9:>12.3f}{r['busbw_bytes_per_s'] / 1e9:>12.3f}")
+    return "\n".join(lines)
+
+
+def iterations_for(estimate_s: float, cfg: CommConfig) -> int:
+    """As many iterations as fit the time budget, within [min_iters, iters]."""
+    if estimate_s <= 0:
+        return cfg.iters
+    return max(cfg.min_iters, min(cfg.iters, math.ceil(cfg.seconds_per_point / estimate_s)))

@@ -1,0 +1,266 @@
+"""Parameter server: server processes hold the global model; workers push gradients, pull weights.
+
+``--workers N`` counts training workers; rank 0 starts ``--ps-servers K`` server processes in
+addition (:mod:`parascale.sync.ps_server`), so a sync server on N workers trains exactly like
+allreduce on N workers. The flat parameter vector is cut into K contiguous shards, one per
+server. Workers and servers share a gloo group of their own over a TCPStore hosted by rank 0;
+the workers' default group (epoch statistics, evaluation) never includes a server.
+
+Each step, after backward, a worker sends every server its shard of the gradient with the step's
+learning rate and receives the shard's new parameters ("sync" phase: everything from the first
+send to the last reply, the servers' update included); ``step`` copies them into the model.
+``sync`` mode waits for all workers each step; ``async`` applies each worker's gradient alone,
+and the worker records the staleness of that update: how many updates from other workers the
+shard received between this worker's pull and its push.
+
+Failure: a server that dies fails the job at once, named by rank 0 (a watch thread there); a
+worker that dies takes the servers with it (they die with rank 0, or give up after the timeout).
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from parascale.runtime.failure import write_error_file
+from parascale.sync import ps_protocol as proto
+from parascale.sync.base import Strategy
+from parascale.sync.flat import Flat, shard_bounds
+
+LOG_TAIL = 8
+
+
+class ServerProcesses:
+    """Rank 0's server processes: started, watched, stopped; never left behind."""
+
+    def __init__(self, specs: list[proto.Spec]):
+        self.logs = Path(tempfile.mkdtemp(prefix="parascale-ps-"))
+        self.procs: list[subprocess.Popen] = []
+        self._expected_exit = False
+        atexit.register(self.kill)
+        for spec in specs:
+            env = {**os.environ, proto.ENV: spec.to_env(), "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1"}
+            with open(self.logs / f"server{spec.index}.log", "wb") as log:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "parascale.sync.ps_server"], env=env,
+                    stdout=log, stderr=log, stdin=subprocess.DEVNULL))
+
+    def describe(self, k: int, context: str = "") -> str:
+        """'parameter server k (pid P) exited with code C[context]; its last output: ...'"""
+        proc = self.procs[k]
+        code = proc.poll()
+        if code is None:
+            state = "is still running"
+        elif code < 0:
+            state = f"was killed by {signal.Signals(-code).name}"
+        else:
+            state = f"exited with code {code}"
+        try:
+            lines = (self.logs / f"server{k}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        tail = " | ".join(line for line in lines[-LOG_TAIL:] if line.strip())
+        return f"parameter server {k} (pid {proc.pid}) {state}{context}" + \
+            (f"; its last output: {tail}" if tail else "")
+
+    def dead(self) -> int | None:
+        return next((k for k, p in enumerate(self.procs) if p.poll() is not None), None)
+
+    def wait_ready(self, store: dist.Store, timeout_s: float) -> None:
+        """Every server has connected to the store, or a clear error (not a silent timeout)."""
+        deadline = time.monotonic() + timeout_s
+        keys = [f"{proto.PREFIX}ready/{k}" for k in range(len(self.procs))]
+        while not store.check(keys):
+            dead = self.dead()
+            if dead is not None:
+                raise RuntimeError(self.describe(dead, " before it started serving"))
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"parameter servers did not start within {timeout_s:g} s")
+            time.sleep(0.02)
+
+    def watch(self) -> None:
+        """A server that exits before the workers stop it ends this worker, naming the server."""
+        def run() -> None:
+            while not self._expected_exit:
+                dead = self.dead()
+                if dead is not None and not self._expected_exit:
+                    error = RuntimeError(self.describe(dead))
+                    write_error_file(error)
+                    print(f"parascale: {error}", file=sys.stderr, flush=True)
+                    self.kill()
+                    os._exit(1)
+                time.sleep(0.1)
+        threading.Thread(target=run, name="parascale-ps-watch", daemon=True).start()
+
+    def expect_exit(self) -> None:
+        self._expected_exit = True
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the servers to finish (they were told to stop); kill what hangs."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            for k, proc in enumerate(self.procs):
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise RuntimeError(self.describe(
+                        k, f" {timeout_s:g} s after it was told to stop")) from None
+                if proc.returncode != 0:
+                    raise RuntimeError(self.describe(k))
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        self._expected_exit = True
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.logs, ignore_errors=True)
+
+
+class ParameterServer(Strategy):
+    name = "parameter-server"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self.model = model
+        world, cfg = self.world, self.cfg
+        self.flat = Flat(model, device=torch.device("cpu"))  # gloo moves CPU tensors
+        n, k = world.size, cfg.ps_servers
+        if k > self.flat.numel:
+            raise ValueError(f"--ps-servers {k} is more than the model's {self.flat.numel} "
+                             "parameters")
+        self.bounds = shard_bounds(self.flat.numel, k)
+        self.grads, self.params = self.flat.new(), self.flat.new()
+        self.flat.gather_params(self.params)
+        self.versions = [0] * k
+        self.staleness: list[int] = []
+        self.headers = [torch.zeros(proto.HEADER_SIZE, dtype=torch.float64) for _ in range(k)]
+        self.replies = [torch.zeros(1, dtype=torch.float64) for _ in range(k)]
+        self.servers: ServerProcesses | None = None
+        timeout = datetime.timedelta(seconds=cfg.timeout)
+
+        # rank 0 hosts the group's store and starts the servers; the others learn the port
+        host = "127.0.0.1" if world.launcher == "local" else \
+            os.environ.get("MASTER_ADDR") or world.host
+        address: list[Any] = [host, 0]
+        if world.is_main:
+            store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
+                                  timeout=timeout)
+            address[1] = store.port
+        dist.broadcast_object_list(address, src=0)
+        if world.is_main:
+            self.servers = ServerProcesses([
+                proto.Spec(host, store.port, s, n, k, a, b, cfg.ps_mode, cfg.timeout,
+                           os.getpid(), str(self.flat.dtype).removeprefix("torch."))
+                for s, (a, b) in enumerate(self.bounds)])
+            self.servers.wait_ready(store, cfg.timeout)
+            self.servers.watch()
+        else:
+            store = dist.TCPStore(address[0], address[1], is_master=False, timeout=timeout)
+        self._store = store  # the host must keep it alive while the group exists
+        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(proto.PREFIX, store), world.rank,
+                                        n + k, timeout)
+        if world.is_main:
+            self._wait([self.pg.send([self.params[a:b]], n + s, proto.INIT)
+                        for s, (a, b) in enumerate(self.bounds)])
+
+        self.bytes_per_step = self.flat.bytes  # sent by each worker (and as much received)
+        return model
+
+    def _wait(self, works) -> None:
+        for work in works:
+            work.wait()
+
+    def _request(self, kind: int, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """One message to every server and, unless stopping, its reply into ``self.params``."""
+        n = self.world.size
+        settings = [0.0] * 5
+        if optimizer is not None:
+            if len(optimizer.param_groups) != 1:
+                raise ValueError("the parameter server supports one optimizer parameter group")
+            g = optimizer.param_groups[0]
+            settings = [float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"],
+                        float(g["nesterov"])]
+        works = []
+        for s, (a, b) in enumerate(self.bounds):
+            header = self.headers[s]
+            header[0], header[1] = kind, self.versions[s]
+            header[2:] = torch.tensor(settings, dtype=torch.float64)
+            works.append(self.pg.send([header], n + s, proto.HEADER))
+            if kind == proto.PUSH:
+                works.append(self.pg.send([self.grads[a:b]], n + s, proto.GRAD))
+            if kind != proto.STOP:
+                works += [self.pg.recv([self.replies[s]], n + s, proto.REPLY),
+                          self.pg.recv([self.params[a:b]], n + s, proto.PARAMS)]
+        self._wait(works)
+        if kind == proto.STOP:
+            return
+        for s in range(len(self.bounds)):
+            version = int(self.replies[s][0])
+            if kind == proto.PUSH:  # updates by others between this worker's pull and push
+                self.staleness.append(version - self.versions[s] - 1)
+            self.versions[s] = version
+
+    def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
+        self.flat.gather_grads(self.grads)
+        self._request(proto.PUSH, optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: Any | None = None) -> None:
+        self.flat.scatter_params(self.params)  # the servers did the update
+
+    def before_evaluation(self) -> None:
+        if self.cfg.ps_mode == "async":  # every worker evaluates the same, current model
+            self._request(proto.PULL)
+            self.flat.scatter_params(self.params)
+        super().before_evaluation()
+
+    def finish(self) -> None:
+        gathered: list[list[int]] = [None] * self.world.size  # type: ignore[list-item]
+        dist.all_gather_object(gathered, self.staleness)
+        self._gathered = gathered
+        if self.servers is not None:
+            self.servers.expect_exit()
+        self._request(proto.STOP)
+        self.pg.barrier().wait()
+        if self.servers is not None:
+            # before the record's collective: no worker tears its group down while a server
+            # still lives (peers tearing down at the same moment can abort gloo)
+            self.servers.join(self.cfg.timeout)
+
+    def options(self) -> dict:
+        n, k = self.world.size, self.cfg.ps_servers
+        largest = max(b - a for a, b in self.bounds) * self.flat.bytes // self.flat.numel
+        return {"ps_mode": self.cfg.ps_mode, "ps_servers": k,
+                "server_receives_bytes_per_step": n * largest}
+
+    def measurements(self) -> dict:
+        every = [s for ranks in self._gathered for s in ranks]
+
+        def summary(values: list[int]) -> dict | None:
+            if not values:
+                return None
+            array = np.asarray(values, dtype=float)
+            return {"count": int(array.size), "mean": float(array.mean()),
+                    "p50": float(np.percentile(array, 50)),
+                    "p95": float(np.percentile(array, 95)), "max": int(array.max())}
+
+        return {"ps_mode": self.cfg.ps_mode, "ps_servers": self.cfg.ps_servers,
+                "updates_per_server": self.versions[0] if self.versions else 0,
+                "staleness": summary(every),
+                "staleness_per_rank": [summary(ranks) for ranks in self._gathered]}

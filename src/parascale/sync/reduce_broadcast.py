@@ -1,0 +1,62 @@
+"""Reduce to one, then broadcast: Dive into Deep Learning's hand-written allreduce (seed 002).
+
+After backward, every rank sends its gradients (one flat buffer) to rank 0; rank 0 adds them in
+rank order, divides by N and sends the average back to every rank. Written with point-to-point
+messages on purpose: ``dist.reduce``/``dist.broadcast`` would let the library pick a tree or a
+pipelined ring, which is a different algorithm with a different cost. Here the root moves
+2(n-1)·S bytes per step, so its time grows with the number of workers (REFERENCE.md §7).
+Nothing overlaps with backward: the whole exchange is the "sync" phase.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from parascale.sync.base import Strategy
+from parascale.sync.flat import Flat
+
+ROOT = 0
+
+
+class ReduceBroadcast(Strategy):
+    name = "reduce-broadcast"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self.model = model
+        self.flat = Flat(model)
+        self.buffer = self.flat.new()
+        self.incoming: list[torch.Tensor] = []  # the root's receive buffers, one per peer
+        n = self.world.size
+        # the root sends the average to n-1 peers; every other rank sends its gradient once
+        self.root_sends = (n - 1) * self.flat.bytes
+        self.bytes_per_step = self.root_sends if self.world.rank == ROOT else self.flat.bytes
+        return model
+
+    def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
+        n = self.world.size
+        if n == 1:
+            return
+        grads = self.flat.gather_grads(self.buffer)
+        peers = [r for r in range(n) if r != ROOT]
+        if self.world.rank == ROOT:
+            if not self.incoming:
+                self.incoming = [self.flat.new() for _ in peers]
+            _exchange([dist.P2POp(dist.irecv, buf, r) for buf, r in zip(self.incoming, peers)])
+            for buf in self.incoming:  # rank order: the same sum on every run
+                grads.add_(buf)
+            grads.div_(n)
+            _exchange([dist.P2POp(dist.isend, grads, r) for r in peers])
+        else:
+            _exchange([dist.P2POp(dist.isend, grads, ROOT)])
+            _exchange([dist.P2POp(dist.irecv, grads, ROOT)])
+        self.flat.scatter_grads(grads)
+
+    def options(self) -> dict:
+        return {"root": ROOT, "root_sends_bytes_per_step": self.root_sends,
+                "others_send_bytes_per_step": self.flat.bytes}
+
+
+def _exchange(ops: list[dist.P2POp]) -> None:
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()

@@ -1,0 +1,103 @@
+"""The parameter server beyond equivalence: async training, staleness, and failures.
+
+Server processes are found through /proc by their module name and a tag in their environment
+that only this test's processes carry, so a test never touches anyone else's processes.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+SERVER_MODULE = b"parascale.sync.ps_server"
+
+
+def servers_tagged(tag: str) -> list[int]:
+    """Live parameter-server processes whose environment carries PARASCALE_TEST_TAG=tag."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if SERVER_MODULE not in (entry / "cmdline").read_bytes():
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if f"PARASCALE_TEST_TAG={tag}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(condition, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture
+def tag(monkeypatch):
+    value = uuid.uuid4().hex
+    monkeypatch.setenv("PARASCALE_TEST_TAG", value)
+    return value
+
+
+@pytest.mark.slow
+def test_async_server_trains_digits_and_a_slowed_worker_sends_stale_gradients(train_run,
+                                                                               monkeypatch):
+    # rank 1 sleeps 20 ms before every step, so rank 0 updates the model while rank 1 computes
+    monkeypatch.setenv("PARASCALE_FAULT", "slow@1:0.02")
+    record, _ = train_run(workers=2, batch_size=32, epochs=3, model="mlp",
+                          sync="parameter-server", ps_mode="async")
+    assert record["summary"]["final_test_accuracy"] >= 0.90  # 95% measured; 1/10 is chance
+    sync = record["sync"]
+    assert sync["ps_mode"] == "async"
+    steps = record["derived"]["total_steps"]
+    assert sync["staleness"]["count"] == 2 * steps  # one per push (2 workers, 1 shard)
+    assert sync["staleness"]["max"] > 0
+    fast, slow = sync["staleness_per_rank"]
+    assert slow["mean"] > fast["mean"], sync
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [1, 0])  # rank 0 is the servers' parent
+def test_no_server_outlives_a_killed_worker(train_run, monkeypatch, tag, rank):
+    monkeypatch.setenv("PARASCALE_FAULT", f"kill@{rank}:3")
+    record, _ = train_run(expect="failed", workers=2, global_batch=32, epochs=2, timeout=10.0,
+                          sync="parameter-server", ps_servers=2)
+    assert f"rank {rank}" in record["reason"] and "SIGKILL" in record["reason"]
+    wait_until(lambda: not servers_tagged(tag), 5.0)  # SIGKILL is delivered at once; margin
+    assert servers_tagged(tag) == []
+
+
+@pytest.mark.slow
+def test_a_killed_server_fails_the_job_naming_it(tmp_path, tag):
+    env = {**os.environ, "PARASCALE_FAULT": "slow@0:0.05,slow@1:0.05"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parascale", "train", "--workers", "2", "--model", "mlp",
+         "--steps", "400", "--timeout", "20", "--sync", "parameter-server",
+         "--out", str(tmp_path / "run")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        servers = wait_until(lambda: servers_tagged(tag), 60.0)
+        assert servers, "no parameter server started"
+        time.sleep(0.5)  # training under way
+        os.kill(servers[0], signal.SIGKILL)
+        start = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+        assert time.monotonic() - start < 15  # at once, not after the 20 s timeout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"parascale: failed: rank 0 failed: RuntimeError: parameter server 0 "
+                           f"(pid {servers[0]}) was killed by SIGKILL"), stderr
