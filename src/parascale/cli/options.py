@@ -27,7 +27,8 @@ SECTIONS = {
 CHOICES = {
     "lr_scaling": config_module.LR_SCALINGS, "lr_schedule": config_module.LR_SCHEDULES,
     "precision": config_module.PRECISIONS, "backend": config_module.BACKENDS,
-    "device": config_module.DEVICES,
+    "device": config_module.DEVICES, "ps_mode": config_module.PS_MODES,
+    "compression": config_module.COMPRESSIONS,
 }
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
             "out": "DIR", "data_dir": "DIR", "workers": "N", "model": "NAME", "dataset": "NAME",

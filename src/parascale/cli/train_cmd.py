@@ -44,11 +44,15 @@ def run(args: argparse.Namespace) -> int:
     from parascale.errors import WorkerFailure
     from parascale.training import train
 
+    from parascale.runtime import external_launcher
+    from parascale.training.worker import exit_now
+
     cfg = config_from_args(args)
     cfg.setdefault("out", default_out(cfg))
-    record = train(cfg)
+    joined = external_launcher() is not None
+    record = train(cfg, teardown=not joined)
     if not record:  # a non-zero rank under torchrun/srun: rank 0 reports
-        return 0
+        exit_now(0)
     if record["status"] != "ok":
         raise WorkerFailure(f"{record['reason']} (record: {cfg['out']}/record.json)")
     summary = record["summary"]
@@ -61,4 +65,6 @@ def run(args: argparse.Namespace) -> int:
               + (f"{tta['elapsed_s']:.1f} s (epoch {tta['epoch']})" if tta["reached"]
                  else "not reached"))
     print(f"record: {cfg['out']}/record.json")
+    if joined:  # this process exits now: skip gloo's teardown (see run_worker)
+        exit_now(0)
     return 0

@@ -61,11 +61,12 @@ def preflight(cfg: TrainConfig, size: int) -> dict[str, Any]:
     return derived
 
 
-def train(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
+def train(config: TrainConfig | dict[str, Any], teardown: bool = True) -> dict[str, Any]:
     """Train and return the run record (status ok, failed or oom; never raises for a worker).
 
     Raises :class:`UsageError` for bad input, before anything is written. Without ``out`` the
-    record is returned but nothing is kept on disk.
+    record is returned but nothing is kept on disk. Under torchrun or srun, ``teardown=False``
+    leaves the process group standing for a process that exits at once (see ``run_worker``).
     """
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
     validate(cfg)
@@ -76,7 +77,7 @@ def train(config: TrainConfig | dict[str, Any]) -> dict[str, Any]:
                          f"by {external_launcher()}; leave --workers out under a launcher")
     derived = preflight(cfg, size)
     if external_launcher():
-        return run_worker(cfg) or {}
+        return run_worker(cfg, teardown) or {}
     return _launch_local(cfg, size, derived)
 
 

@@ -47,18 +47,24 @@ class Plan:
     test_samples: int
 
 
-def run_worker(cfg: TrainConfig) -> dict | None:
-    """Join the world, train, write the record on rank 0 and return it (None on other ranks)."""
+def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
+    """Join the world, train, write the record on rank 0 and return it (None on other ranks).
+
+    ``teardown=False`` leaves the process group standing, for a process that exits right after
+    (with ``os._exit``): gloo can abort a rank (SIGABRT, "terminate called without an active
+    exception") whose peer closes its sockets while it is still tearing down, even after a
+    barrier, about once in fifty runs here. A process that keeps running must tear down.
+    """
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     world = join(device_type, resolve_backend(cfg.backend, device_type), cfg.gpus, cfg.timeout)
     try:
         result = _train(cfg, world)
-        # every rank arrives before any tears down: gloo aborts a process whose peer closes
-        # its sockets mid-teardown (not on failure, where a peer may be dead)
+        # every rank has finished (and rank 0 has written) before any rank leaves
         dist.barrier()
         return result
     finally:
-        leave()
+        if teardown:
+            leave()
 
 
 def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int) -> Plan:
@@ -89,8 +95,9 @@ def _build_model(cfg: TrainConfig, bundle, device: torch.device) -> nn.Module:
 
 def _train(cfg: TrainConfig, world: World) -> dict | None:
     started, t_setup = now(), time.perf_counter()
-    if os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    threads = cfg.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
+    if threads:  # the local launcher sets OMP_NUM_THREADS; under torchrun --threads decides
+        torch.set_num_threads(threads)
     faults = Faults.from_env(world.rank)
     device = world.device
     bundle = data.build(cfg)
@@ -108,6 +115,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
 
     clock = StepClock(device)
     steady_rows: list[list[float]] = []
+    warmup_rows: list[list[float]] = []
     epochs, tta, step = [], None, 0
     progress = tqdm(total=plan.total_steps, unit="step", file=sys.stderr, mininterval=1.0,
                     disable=None if world.is_main else True, leave=False, desc="training")
@@ -157,6 +165,8 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         clock.flush()
         if epoch > 1 or plan.epochs == 1:
             steady_rows += clock.rows
+        else:
+            warmup_rows = clock.rows
         clock.rows = []
         entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate)
         if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
@@ -174,8 +184,10 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
     progress.close()
     strategy.finish()
     total_s = time.perf_counter() - t_start
-    if plan.epochs > 1:
+    if plan.epochs > 1 and steady_rows:
         excluded = "epoch 1 (warm-up)"
+    elif plan.epochs > 1:  # stopped at the target within the warm-up epoch: it is all there is
+        steady_rows, excluded = warmup_rows, "nothing (training stopped in the warm-up epoch)"
     else:  # one epoch: its first tenth stands in for the warm-up
         cut = len(steady_rows) // 10
         steady_rows, excluded = steady_rows[cut:], f"first {cut} steps of the only epoch"

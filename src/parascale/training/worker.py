@@ -18,7 +18,7 @@ from parascale.training.loop import run_worker
 def main() -> int:
     cfg = TrainConfig.from_dict(json.loads(os.environ["PARASCALE_CONFIG"]))
     try:
-        run_worker(cfg)
+        run_worker(cfg, teardown=False)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         write_error_file(exc)
         if not is_secondary(exc) and not isinstance(exc, KeyboardInterrupt):
@@ -27,5 +27,12 @@ def main() -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Leave without running C++ destructors (see ``run_worker``); output is flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
