@@ -148,6 +148,8 @@ def test_two_configuration_study_end_to_end(tmp_path, capsys):
     plan = json.loads((study / "plan.json").read_text())
     assert sorted(r["folder"] for r in plan["runs"]) == sorted(found)
     assert (study / "report" / "report.html").is_file()
+    summary = (study / "summary.txt").read_text()
+    assert "t1/tN" in summary and summary.strip() in out  # the table as printed
     assert "[1/3]" in out and "weak scaling" in out and "t1/tN" in out
     assert f"report: {study / 'report' / 'report.html'}" in out
     assert not (study / ".running").exists()

@@ -122,14 +122,18 @@ def echo(line: str) -> None:
 
 
 def summarise(study: Path) -> Path:
-    """Write the report of ``study``, print its summary table; the path of report.html."""
+    """Write the report of ``study`` and STUDY/summary.txt, print the table; report.html's path."""
     from parascale.report import default_out_dir, format_terminal, load_records, summary_rows
     from parascale.report import write_loaded
 
+    from parascale.files import atomic_write_text
+
     loaded = load_records([study])
     path = write_loaded(loaded, default_out_dir(study))
+    table = format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems)
+    atomic_write_text(study / "summary.txt", table + "\n")  # beside plan.json, as printed
     print()
-    print(format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems))
+    print(table)
     print(f"report: {path}")
     return path
 
