@@ -207,3 +207,16 @@ def test_rerun_failed_runs_a_failed_configuration_again(tmp_path, monkeypatch, c
     assert found[folder] == second
     assert found[f"{folder}-r2"]["study"]["repeat"] == 2
     assert found[f"{folder}-r2"]["study"]["config_id"] == folder
+
+
+def test_a_strategy_option_applies_only_to_its_strategy_in_a_comparison():
+    jobs = make_jobs(combine(options={**TINY, "batch_size": 8}, assignments=[("period", 4)],
+                             variables=[("sync", ["allreduce", "local-sgd"])], workers="2"))
+    by_sync = {job.train.get("sync"): job for job in jobs}
+    assert "period" not in by_sync["allreduce"].train
+    assert by_sync["local-sgd"].train["period"] == 4
+    assert by_sync["allreduce"].params["period"] == 4  # still recorded as a study value
+    # without any local-sgd configuration the option is a mistake, and said so
+    with pytest.raises(UsageError, match="--period 4 belongs to --sync local-sgd"):
+        make_jobs(combine(options={**TINY, "batch_size": 8}, assignments=[("period", 4)],
+                          workers="2"))

@@ -21,7 +21,8 @@ from parascale import sync
 from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
-from parascale.config import TUPLE_FIELDS, TrainConfig, available_cores, derive, validate
+from parascale.config import (STRATEGY_OPTIONS, TUPLE_FIELDS, TrainConfig, available_cores,
+                              derive, validate)
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
@@ -237,10 +238,25 @@ def _memory_key(cfg: TrainConfig, size: int) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def _job(run: PlannedRun, referenced: set[str], check: _Checker) -> Job:
+def _drop_foreign_options(train: dict[str, Any], used: set[str]) -> None:
+    """A strategy's option applies to the configurations of that strategy only.
+
+    ``-V sync=allreduce,local-sgd -P period=4`` compares two strategies; ``period`` means
+    nothing to allreduce, so it is left out of that configuration (it stays in the study's
+    params). An option whose strategy no configuration uses is left in, and validation says so.
+    """
+    mine = {train.get("sync", "allreduce"), train.get("compression", "none")}
+    owners = {**STRATEGY_OPTIONS, "powersgd_rank": "powersgd"}
+    for name, owner in owners.items():
+        if name in train and owner not in mine and owner in used:
+            del train[name]
+
+
+def _job(run: PlannedRun, referenced: set[str], check: _Checker, used: set[str]) -> Job:
     from parascale.training import world_size_for
 
     train, scaling = _split(run, referenced)
+    _drop_foreign_options(train, used)
     skip = run.skip_reason
     if scaling is not None:
         if train.get("workers") is None:
@@ -348,7 +364,9 @@ def make_jobs(inputs: StudyInputs) -> list[Job]:
     runs = build_plan(inputs.parameters, inputs.variables, inputs.extensions)
     referenced = referenced_names(inputs)
     check = _Checker()
-    jobs = _order([_job(run, referenced, check) for run in runs])
+    used = {str(run.params.get(k, d)) for run in runs
+            for k, d in (("sync", "allreduce"), ("compression", "none"))}
+    jobs = _order([_job(run, referenced, check, used) for run in runs])
     _fix_threads(jobs)
     if inputs.baseline:
         sync.check("none")
