@@ -45,4 +45,5 @@ def test_study_killed_mid_run_resumes_where_it_stopped(tmp_path):
     assert (first.stat().st_mtime_ns,
             json.loads(first.read_text())["environment"]["start_time"]) == before
     assert not list(study.rglob("*.tmp")) and not (study / ".running").exists()
-    assert sorted(p.name for p in study.iterdir()) == [".lock", "plan.json", "report", "runs"]
+    assert sorted(p.name for p in study.iterdir()) == [".lock", "plan.json", "report", "runs",
+                                                        "summary.txt"]
