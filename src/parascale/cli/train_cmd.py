@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from parascale.training import train
 
     from parascale.runtime import external_launcher
-    from parascale.training.worker import exit_now
+    from parascale.runtime.failure import exit_now
 
     cfg = config_from_args(args)
     cfg.setdefault("out", default_out(cfg))

@@ -5,9 +5,7 @@ import json
 import os
 import socket
 import statistics
-import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -15,8 +13,8 @@ import torch.distributed as dist
 from parascale.comm import (ELEMENT_BYTES, RECORD_NAME, SCHEMA, CommConfig, bus_factor,
                             iterations_for)
 from parascale.files import atomic_write_text
-from parascale.runtime import World, join, leave, resolve_backend, resolve_device_type
-from parascale.runtime.failure import is_secondary, write_error_file
+from parascale.runtime import World, joined, resolve_backend, resolve_device_type
+from parascale.runtime.failure import serve_as_worker
 from parascale.training.record import environment, now
 
 METHOD = ("per operation and size: warm-up iterations, then timed iterations (each one from "
@@ -94,10 +92,10 @@ def measure(cfg: CommConfig, world: World) -> list[dict]:
     return results
 
 
-def run_worker(cfg: CommConfig) -> dict | None:
+def run_worker(cfg: CommConfig, teardown: bool = True) -> dict | None:
     device_type = resolve_device_type("cuda" if cfg.gpus else "auto", cfg.gpus)
-    world = join(device_type, resolve_backend("auto", device_type), cfg.gpus, cfg.timeout)
-    try:
+    backend = resolve_backend("auto", device_type)
+    with joined(device_type, backend, cfg.gpus, cfg.timeout, teardown) as world:
         if os.environ.get("OMP_NUM_THREADS"):
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         started = now()
@@ -117,21 +115,8 @@ def run_worker(cfg: CommConfig) -> dict | None:
             atomic_write_text(os.path.join(cfg.out, RECORD_NAME),
                               json.dumps(record, indent=2) + "\n")
         return record
-    finally:
-        leave()
-
-
-def main() -> int:
-    cfg = CommConfig.from_dict(json.loads(os.environ["PARASCALE_COMM_CONFIG"]))
-    try:
-        run_worker(cfg)
-    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
-        write_error_file(exc)
-        if not is_secondary(exc) and not isinstance(exc, KeyboardInterrupt):
-            traceback.print_exc()
-        return 1
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    config = CommConfig.from_dict(json.loads(os.environ["PARASCALE_COMM_CONFIG"]))
+    serve_as_worker(lambda: run_worker(config, teardown=False))

@@ -1,7 +1,7 @@
 """The process world: launching local workers, joining torchrun/srun worlds, devices, failures."""
 from parascale.runtime.launch import Outcome, launch
-from parascale.runtime.world import (World, external_launcher, external_size, join, leave,
-                                     resolve_backend, resolve_device_type)
+from parascale.runtime.world import (World, external_launcher, external_size, join, joined,
+                                     leave, resolve_backend, resolve_device_type)
 
-__all__ = ["Outcome", "World", "external_launcher", "external_size", "join", "launch", "leave",
-           "resolve_backend", "resolve_device_type"]
+__all__ = ["Outcome", "World", "external_launcher", "external_size", "join", "joined", "launch",
+           "leave", "resolve_backend", "resolve_device_type"]

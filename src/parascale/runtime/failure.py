@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -44,3 +48,22 @@ def write_error_file(exc: BaseException) -> None:
     with open(tmp, "w") as handle:
         json.dump(report, handle)
     os.replace(tmp, path)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave without running C++ destructors (see ``runtime.world.joined``); flush output first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def serve_as_worker(body: Callable[[], object]) -> NoReturn:
+    """Run one locally launched worker's body, tell the launcher about a failure, and exit."""
+    try:
+        body()
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        write_error_file(exc)
+        if not is_secondary(exc) and not isinstance(exc, KeyboardInterrupt):
+            traceback.print_exc()  # rank 0's goes to the terminal, others' to their log
+        exit_now(1)
+    exit_now(0)

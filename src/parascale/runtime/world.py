@@ -14,9 +14,11 @@ device), from ``LOCAL_RANK`` or from the GPU list of a local launch: never a har
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -146,3 +148,23 @@ def leave() -> None:
     """Tear the process group down so that the next run in this process starts clean."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def joined(device_type: str, backend: str, gpus: tuple[int, ...] | None, timeout_s: float,
+           teardown: bool = True) -> Iterator[World]:
+    """The world for the body of one worker; on success every rank meets before any leaves.
+
+    ``teardown=False`` leaves the process group standing, for a process that exits right after
+    with ``os._exit`` (see :func:`parascale.runtime.failure.serve_as_worker`): gloo can abort a
+    rank (SIGABRT, "terminate called without an active exception") whose peer closes its sockets
+    while it is still tearing down, even after a barrier, about once in fifty runs here. A
+    process that keeps running must tear down. No barrier after a failure: a peer may be dead.
+    """
+    world = join(device_type, backend, gpus, timeout_s)
+    try:
+        yield world
+        dist.barrier()
+    finally:
+        if teardown:
+            leave()

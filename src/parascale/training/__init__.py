@@ -55,10 +55,7 @@ def preflight(cfg: TrainConfig, size: int) -> dict[str, Any]:
                          f"at most {len(bundle.train) // size} per device")
     model = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
     models.probe(model, bundle.input_shape, bundle.num_classes)
-    derived = plan.derived.to_dict()
-    derived.update(steps_per_epoch=plan.steps_per_epoch, total_steps=plan.total_steps,
-                   train_samples=len(bundle.train), test_samples=len(bundle.test))
-    return derived
+    return plan.record_section()
 
 
 def train(config: TrainConfig | dict[str, Any], teardown: bool = True) -> dict[str, Any]:

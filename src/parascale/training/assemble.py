@@ -32,11 +32,8 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
     steady = [e for e in epochs if not e["warmup"]] or epochs
     last = epochs[-1]
     tested = [e for e in epochs if e["test_accuracy"] is not None]
-    derived = plan.derived.to_dict()
-    derived.update(steps_per_epoch=plan.steps_per_epoch, total_steps=plan.total_steps,
-                   train_samples=plan.train_samples, test_samples=plan.test_samples,
-                   threads_per_worker=torch.get_num_threads(),
-                   bytes_per_step=strategy.bytes_per_step, sync_options=strategy.options())
+    derived = {**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
+               "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()}
     record = {
         "schema": rec.SCHEMA, "status": "ok", "reason": None,
         "config": {**cfg.to_dict(), "workers": world.size},

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from parascale import data, models, sync
 from parascale.config import Derived, TrainConfig, derive
-from parascale.runtime import World, join, leave, resolve_backend, resolve_device_type
+from parascale.runtime import World, joined, resolve_backend, resolve_device_type
 from parascale.runtime.faults import Faults
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
@@ -46,25 +46,22 @@ class Plan:
     train_samples: int
     test_samples: int
 
+    def record_section(self) -> dict:
+        """The record's ``derived`` numbers that are fixed before the first step."""
+        return {**self.derived.to_dict(), "steps_per_epoch": self.steps_per_epoch,
+                "total_steps": self.total_steps, "train_samples": self.train_samples,
+                "test_samples": self.test_samples}
+
 
 def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
     """Join the world, train, write the record on rank 0 and return it (None on other ranks).
 
-    ``teardown=False`` leaves the process group standing, for a process that exits right after
-    (with ``os._exit``): gloo can abort a rank (SIGABRT, "terminate called without an active
-    exception") whose peer closes its sockets while it is still tearing down, even after a
-    barrier, about once in fifty runs here. A process that keeps running must tear down.
+    ``teardown=False`` for a process that exits right after (see ``runtime.world.joined``).
     """
     device_type = resolve_device_type(cfg.device, cfg.gpus)
-    world = join(device_type, resolve_backend(cfg.backend, device_type), cfg.gpus, cfg.timeout)
-    try:
-        result = _train(cfg, world)
-        # every rank has finished (and rank 0 has written) before any rank leaves
-        dist.barrier()
-        return result
-    finally:
-        if teardown:
-            leave()
+    backend = resolve_backend(cfg.backend, device_type)
+    with joined(device_type, backend, cfg.gpus, cfg.timeout, teardown) as world:
+        return _train(cfg, world)
 
 
 def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int) -> Plan:
