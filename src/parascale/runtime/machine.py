@@ -1,0 +1,130 @@
+"""What else used the CPUs while a run ran: contention measured from the kernel, not guessed.
+
+On a shared machine a throughput figure means little without knowing whether other programs
+competed for the cores. Over a window (a run, an epoch, a pause between runs) we read the
+machine-wide CPU counters (``psutil.cpu_times``: the kernel's busy, idle and steal time summed
+over all CPUs) at both ends, and the CPU time of the run's own processes over the same window.
+What the machine spent beyond the run's own processes is the *other* load; the hypervisor's
+steal time is what other guests took. Both are averages in cores (CPU-seconds per second), so
+"0.95 other cores" on a 2-core machine means another program held about one core throughout.
+
+A window counts as busy when other + steal reaches ``busy_threshold(cores)``: a tenth of the
+machine, and never less than a quarter of a core (below that, the counters' own jitter and the
+launcher's polling are of the same order).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+BUSY_SHARE = 0.10  # of all cores
+BUSY_MIN_CORES = 0.25
+TOP_OTHERS = 3  # how many other processes a record names
+
+
+@dataclass(frozen=True)
+class CpuCounters:
+    """Machine-wide CPU time at one moment, in CPU-seconds summed over all CPUs."""
+
+    at: float  # time.monotonic()
+    busy_s: float  # user, nice, system, irq, softirq (not idle, iowait or steal)
+    steal_s: float  # time the hypervisor gave to other guests
+
+
+def counters() -> CpuCounters:
+    t = psutil.cpu_times()
+    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) \
+        + getattr(t, "softirq", 0.0)
+    return CpuCounters(time.monotonic(), busy, getattr(t, "steal", 0.0))
+
+
+def cores() -> int:
+    """CPUs the machine has online (not only the ones this process may use)."""
+    return psutil.cpu_count(logical=True) or os.cpu_count() or 1
+
+
+def own_cpu_s(pid: int | None = None) -> float:
+    """CPU-seconds used so far by a process, its live descendants and its reaped children.
+
+    Descendants are the parameter servers and data-loader workers a rank starts; reaped
+    children (an epoch's finished loader workers) are only visible through getrusage, and only
+    for the calling process.
+    """
+    proc = psutil.Process(pid)
+    total = _cpu(proc)
+    for child in _children(proc):
+        total += _cpu(child)
+    if pid is None or pid == os.getpid():
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _cpu(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+        return t.user + t.system
+    except psutil.Error:  # gone meanwhile: its time is lost, which errs towards "other"
+        return 0.0
+
+
+def busy_threshold(n_cores: int) -> float:
+    """Other + steal load, in cores, from which a window counts as busy."""
+    return max(BUSY_MIN_CORES, BUSY_SHARE * n_cores)
+
+
+def is_busy(other_cores: float, steal_cores: float, n_cores: int) -> bool:
+    return other_cores + steal_cores >= busy_threshold(n_cores)
+
+
+def load(a: CpuCounters, b: CpuCounters, own_s: float) -> dict[str, float]:
+    """Average cores over the window a..b: machine busy, own (from ``own_s`` CPU-seconds of the
+    run's processes in the window), other = busy - own (never below 0), and steal."""
+    seconds = max(b.at - a.at, 1e-9)
+    busy = max(0.0, b.busy_s - a.busy_s) / seconds
+    own = max(0.0, own_s) / seconds
+    return {"seconds": seconds, "busy_cores": busy, "own_cores": own,
+            "other_cores": max(0.0, busy - own),
+            "steal_cores": max(0.0, b.steal_s - a.steal_s) / seconds}
+
+
+def process_times(exclude: set[int] = frozenset()) -> dict[int, tuple[float, str]]:
+    """CPU-seconds so far and a short description of every process but ``exclude``."""
+    found = {}
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "cpu_times"]):
+        info = proc.info
+        if info["pid"] in exclude or info["cpu_times"] is None:
+            continue
+        cmd = " ".join(info["cmdline"] or []) or info["name"] or "?"
+        found[info["pid"]] = (info["cpu_times"].user + info["cpu_times"].system, cmd[:120])
+    return found
+
+
+def top_others(before: dict[int, tuple[float, str]], after: dict[int, tuple[float, str]],
+               seconds: float, n: int = TOP_OTHERS) -> list[dict]:
+    """The processes (present at both ends) that used the most CPU in between, in cores."""
+    used = [(after[pid][0] - before[pid][0], pid, after[pid][1]) for pid in after if pid in before]
+    used.sort(reverse=True)
+    return [{"pid": pid, "command": cmd, "cores": cpu / max(seconds, 1e-9)}
+            for cpu, pid, cmd in used[:n] if cpu > 0]
+
+
+def sample_other_cores(seconds: float) -> dict[str, float]:
+    """Load on the machine beyond this process (and its children) over the next ``seconds``:
+    what a study checks between runs before it trusts the machine to be quiet."""
+    own0, a = own_cpu_s(), counters()
+    time.sleep(seconds)
+    b, own1 = counters(), own_cpu_s()
+    return load(a, b, own1 - own0)
