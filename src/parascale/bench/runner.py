@@ -33,12 +33,12 @@ from parascale.bench.study import Job
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
+from parascale.safejson import Refused, read_record
 from parascale.training import record as rec
 
 __all__ = ["RERUN", "StudyRunner", "run_study", "existing_records"]
 
 RERUN = ("never", "failed", "always")
-STATUSES = ("ok", "failed", "oom", "skipped")
 RUNS, STAGING, PLAN, LOCK = "runs", ".running", "plan.json", ".lock"
 PLAN_SCHEMA = "parascale.study/1"
 
@@ -46,13 +46,9 @@ PLAN_SCHEMA = "parascale.study/1"
 def _read(path: Path) -> dict[str, Any] | None:
     """A complete record at ``path``, or None (missing, unreadable, not a record)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        return read_record(path)  # within limits and with checked types: files can be anything
+    except Refused:
         return None
-    if not isinstance(data, dict) or data.get("schema") != rec.SCHEMA \
-            or data.get("status") not in STATUSES:
-        return None
-    return data
 
 
 def _clock(seconds: float) -> str:

@@ -8,23 +8,23 @@ A STUDY argument may be
 - a path to one record file.
 
 Everything that cannot be used is kept as a :class:`Problem` with a reason, so that the report can
-list it: an unreadable or non-parascale JSON file, an ``ok`` record without its summary figures, a
-bench run folder without a record (interrupted). Records whose ``status`` is failed/oom/skipped are
-valid records: they are loaded and listed with their reasons, they just contribute no numbers.
+list it: an unreadable or non-parascale JSON file (files are read by
+:func:`parascale.safejson.read_record`: limits on size, nesting and strings, field types checked),
+an ``ok`` record without its summary figures, a bench run folder without a record (interrupted).
+Records whose ``status`` is failed/oom/skipped are valid records: they are loaded and listed with
+their reasons, they just contribute no numbers.
 Only a path that does not exist, or one without any record file, is a usage error.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from parascale.errors import UsageError
+from parascale.safejson import Refused, read_record
 
-SCHEMA = "parascale.run/1"
-STATUSES = ("ok", "failed", "oom", "skipped")
 RECORD_NAME = "record.json"
 
 
@@ -206,28 +206,18 @@ def _find(path: Path) -> tuple[list[Path], list[Path]]:
 def _read(file: Path, label: str) -> tuple[RunRecord | None, str, str]:
     """Parse and check one file: the record, or None with the reason and kind of problem."""
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        return None, f"unreadable: {type(exc).__name__}: {exc}", "unreadable"
+        data = read_record(file)
+    except Refused as exc:
+        return None, (f"unreadable: {exc}" if exc.kind == "unreadable" else str(exc)), exc.kind
     reason = _invalid(data)
     if reason:
         return None, reason, "invalid"
     return RunRecord(file, label, data), "", ""
 
 
-def _invalid(data: Any) -> str:
-    """Why ``data`` is not a usable record, or '' when it is."""
-    if not isinstance(data, dict):
-        return "not a parascale run record (not a JSON object)"
-    schema = data.get("schema")
-    if schema != SCHEMA:
-        if isinstance(schema, str) and schema.startswith("parascale.run/"):
-            return f"record schema {schema!r} is not supported (this parascale reads {SCHEMA!r})"
-        return f"not a parascale run record (no \"schema\": \"{SCHEMA}\")"
-    status = data.get("status")
-    if status not in STATUSES:
-        return f"unknown status {status!r} (expected one of {', '.join(STATUSES)})"
-    if status != "ok":
+def _invalid(data: dict[str, Any]) -> str:
+    """Why a run record cannot be used by the report, or '' when it can."""
+    if data["status"] != "ok":
         return ""
     record = RunRecord(Path(), "", data)
     if not isinstance(record.get("config", "model"), str):

@@ -13,8 +13,7 @@ import torch
 
 import parascale
 from parascale.files import atomic_write_text
-
-SCHEMA = "parascale.run/1"
+from parascale.safejson import RECORD_SCHEMA as SCHEMA  # one spelling for writer and readers
 RECORD_NAME = "record.json"
 
 

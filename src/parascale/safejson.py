@@ -1,0 +1,169 @@
+"""Reading JSON that other programs wrote: bounded size, nesting and strings, and checked types.
+
+A run record is read by ``report`` and by a resumed ``bench`` (and its ``--dry-run``), and it may
+come from anywhere: a copy off another machine, a hand edit, a hostile file. ``json.loads`` alone
+turns 200 KB of brackets into a RecursionError, and a 200,000-character model name travels on
+into tables and plots. Here every document is refused, with a one-line reason, unless it is at
+most :data:`MAX_BYTES` long, nested at most :data:`MAX_DEPTH` deep and holds no string longer
+than :data:`MAX_CHARS`; a run record must also have the types that the report and the study
+runner rely on (:data:`RUN_RECORD`). Nothing here imports torch, so ``report`` stays light.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["Refused", "MAX_BYTES", "MAX_DEPTH", "MAX_CHARS", "load", "loads", "check_shape",
+           "check_types",
+           "read_record", "RUN_RECORD", "RECORD_SCHEMA", "STATUSES"]
+
+MAX_BYTES = 32 * 2**20  # a record of 1,000 epochs on 64 ranks is about 2 MB
+MAX_DEPTH = 64  # a record nests 4 deep; study parameters may add a few levels
+MAX_CHARS = 10_000  # model names, reasons, paths; the planner's own string limit is the same
+
+RECORD_SCHEMA = "parascale.run/1"
+STATUSES = ("ok", "failed", "oom", "skipped")
+
+
+class Refused(ValueError):
+    """A document that is not read, and why. ``kind`` is ``unreadable`` (not JSON, or beyond a
+    limit) or ``invalid`` (JSON, but not the document expected)."""
+
+    def __init__(self, reason: str, kind: str = "unreadable"):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def load(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH,
+         max_chars: int = MAX_CHARS) -> Any:
+    """The JSON document in the file ``path``, within the limits; :class:`Refused` otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(max_bytes + 1)  # never more than the limit, whatever the file is
+    except OSError as exc:
+        raise Refused(f"cannot read: {exc.strerror or exc}") from None
+    if len(raw) > max_bytes:
+        raise Refused(f"larger than {max_bytes:,} bytes (the limit for a JSON document)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refused(f"not UTF-8 text: {exc}") from None
+    return loads(text, max_depth=max_depth, max_chars=max_chars)
+
+
+def loads(text: str, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) -> Any:
+    """:func:`json.loads` within the depth and string limits; :class:`Refused` otherwise."""
+    try:
+        data = json.loads(text)
+    except RecursionError:  # far deeper than max_depth: json's own recursion gave up first
+        raise Refused(f"nested more than {max_depth} levels deep (the limit)") from None
+    except ValueError as exc:
+        raise Refused(f"{type(exc).__name__}: {exc}") from None  # JSONDecodeError: Expecting...
+    check_shape(data, max_depth=max_depth, max_chars=max_chars)
+    return data
+
+
+def check_shape(data: Any, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) -> None:
+    """Refuse nesting deeper than ``max_depth`` and strings (values or keys) longer than
+    ``max_chars``, walking without recursion (so that it cannot overflow the stack itself)."""
+    stack = [(data, 1, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, str):
+            if len(value) > max_chars:
+                raise Refused(f"a string of {len(value):,} characters at {where or 'the top'} "
+                              f"(the limit is {max_chars:,})")
+        elif isinstance(value, (dict, list)):
+            if depth > max_depth:
+                raise Refused(f"nested more than {max_depth} levels deep at {where} (the limit)")
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    name = str(key)[:40]  # JSON keys are strings; YAML's may be numbers
+                    path = f"{where}.{name}" if where else name
+                    stack.append((key, depth, path))
+                    stack.append((item, depth + 1, path))
+            else:
+                stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
+
+
+# The parts of a run record (docs/record.md) that the report and the study runner read, with the
+# types they need: a mapping is a section (itself checked), [spec] a list of such items, a tuple
+# the accepted types. Every field may be missing or null; what must be present is the reader's
+# business (the report requires the summary figures of an ok record, for example).
+_NUMBER = (int, float)
+RUN_RECORD: dict[str, Any] = {
+    "schema": (str,), "status": (str,), "reason": (str,),
+    "config": {"model": (str,), "dataset": (str,), "sync": (str,), "workers": (int,)},
+    "derived": {"world_size": (int,), "per_device_batch": (int,), "global_batch": (int,)},
+    "environment": {},
+    "epochs": [{"epoch": _NUMBER, "elapsed_s": _NUMBER, "test_accuracy": _NUMBER}],
+    "steps": {"phases": {"step": {"p50": _NUMBER, "p95": _NUMBER, "max": _NUMBER}},
+              "per_rank": [{"step_p50_s": _NUMBER, "step_p95_s": _NUMBER}]},
+    "time_to_accuracy": {"reached": (bool,), "target": _NUMBER, "elapsed_s": _NUMBER,
+                         "epoch": _NUMBER},
+    "summary": {"steady_throughput": _NUMBER, "steady_epoch_time_s": _NUMBER,
+                "final_test_accuracy": _NUMBER},
+    "study": {"config_id": (str,), "scaling": (str,), "repeat": (int,), "baseline": (bool,),
+              "params": {}},
+}
+
+
+def _kind(expected: Any) -> str:
+    if isinstance(expected, dict):
+        return "an object"
+    if isinstance(expected, list):
+        return "a list"
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+    return " or ".join(dict.fromkeys(names[t] for t in expected))
+
+
+def check_types(data: Any, spec: Any, where: str = "") -> None:
+    """Raise :class:`Refused` (kind ``invalid``) where ``data`` has a type ``spec`` does not allow.
+
+    ``None`` is accepted everywhere; booleans are not numbers.
+    """
+    stack = [(data, spec, where)]
+    while stack:
+        value, expected, path = stack.pop()
+        if value is None:
+            continue
+        if isinstance(expected, dict):
+            ok = isinstance(value, dict)
+        elif isinstance(expected, list):
+            ok = isinstance(value, list)
+        else:
+            ok = isinstance(value, expected) and (bool in expected or not isinstance(value, bool))
+        if not ok:
+            raise Refused(f"{path or 'the document'} is {type(value).__name__}, expected "
+                          f"{_kind(expected)}", "invalid")
+        if isinstance(expected, dict):
+            stack.extend((value.get(k), sub, f"{path}.{k}" if path else k)
+                         for k, sub in expected.items())
+        elif isinstance(expected, list):
+            stack.extend((item, expected[0], f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _quote(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run record of this parascale (any status), or :class:`Refused` saying why not."""
+    data = load(path)
+    if not isinstance(data, dict):
+        raise Refused("not a parascale run record (not a JSON object)", "invalid")
+    schema = data.get("schema")
+    if schema != RECORD_SCHEMA:
+        if isinstance(schema, str) and schema.startswith("parascale.run/"):
+            raise Refused(f"record schema {_quote(schema)} is not supported (this parascale reads "
+                          f"{RECORD_SCHEMA!r})", "invalid")
+        raise Refused(f"not a parascale run record (no \"schema\": \"{RECORD_SCHEMA}\")",
+                      "invalid")
+    status = data.get("status")
+    if status not in STATUSES:
+        raise Refused(f"unknown status {_quote(status)} (expected one of {', '.join(STATUSES)})",
+                      "invalid")
+    check_types(data, RUN_RECORD)
+    return data
