@@ -20,10 +20,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from parascale.report.load import Problem, RunRecord
 from parascale.report.series import variants
@@ -352,7 +353,7 @@ def format_terminal(rows: list[Row], unfinished: Iterable[RunRecord] = (),
         blocks.append("Not finished or unreadable:\n" + "\n".join("  " + line for line in lost))
     if not blocks:
         return "No finished runs."
-    return "\n\n".join(blocks)
+    return _plain("\n\n".join(blocks))
 
 
 def issue_lines(unfinished: Iterable[RunRecord], problems: Iterable[Problem]) -> list[str]:
@@ -386,7 +387,17 @@ def _md(text: str) -> str:
     """Keep user text (model names, reasons) from breaking the table or turning into markup."""
     for char in "\\|*`<>[]":  # not _: GFM ignores it inside words, and N_ref should stay legible
         text = text.replace(char, "\\" + char)
-    return text.replace("\n", " ")
+    return _plain(text.replace("\n", " "))
+
+
+# Control characters other than tab and newline, and the bidirectional overrides: text from a
+# record must not be able to send escape sequences to a terminal or reorder what it shows.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _plain(text: str) -> str:
+    """``text`` with control characters written as escapes (\\x1b), for terminals and files."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 CSV_COLUMNS = [
@@ -403,7 +414,7 @@ def format_csv(rows: list[Row], unfinished: Iterable[RunRecord] = (),
                problems: Iterable[Problem] = ()) -> str:
     """Full-precision numbers for spreadsheets; unfinished runs appear as rows with their reason."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = _InertWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for r in rows:
         writer.writerow({
@@ -431,3 +442,24 @@ def format_csv(rows: list[Row], unfinished: Iterable[RunRecord] = (),
     for p in problems:
         writer.writerow({"study": p.study, "status": p.kind, "reason": p.reason, "source": p.path})
     return buffer.getvalue()
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class _InertWriter(csv.DictWriter):
+    """OWASP's rule against CSV injection: a text cell that a spreadsheet would run as a formula
+    (it begins with = + - @, a tab or a carriage return; model names and reasons come from
+    records) gets a leading apostrophe. Numbers stay numbers, negative ones included. Control
+    characters are written as escapes too: csv leaves a lone carriage return unquoted, and a
+    spreadsheet starts a new row there, with a first cell the record chose."""
+
+    def writerow(self, rowdict: Mapping[str, Any]) -> Any:
+        return super().writerow({key: _inert(value) for key, value in rowdict.items()})
+
+
+def _inert(value: Any) -> Any:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    text = str(value)
+    return ("'" if text.startswith(FORMULA_START) else "") + _plain(text)
