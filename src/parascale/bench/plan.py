@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parascale.bench import expr
+from parascale.bench import expr, safeyaml
 from parascale.bench.expr import REF_RE, ExprError, to_text
 from parascale.errors import UsageError
+from parascale import safejson
+from parascale.safejson import Refused, check_shape
 
 __all__ = [
     "PlanError", "PlannedRun", "build_plan", "parse_workers", "scaling_configs",
@@ -38,6 +41,7 @@ __all__ = [
 STUDY_KEYS = ("parameters", "variables", "extensions")
 EXTENSION_KEYS = ("condition", "parameters", "cases", "skip")
 MAX_REFERENCE_DEPTH = 100
+MAX_RUNS = 100_000  # configurations in one plan (a 10,000-configuration --dry-run takes seconds)
 _NAME_RE = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 _WHOLE_REF_RE = re.compile(REF_RE.pattern + r"\Z")
@@ -207,6 +211,13 @@ def _config_id(labels: Sequence[str], params: Mapping[str, Any], digest: str) ->
     return f"{'__'.join(parts)[:100] or 'run'}__{digest}"
 
 
+def _check_count(count: int, cause: str) -> None:
+    """Refuse, before expanding it, a plan no machine could run (and the planner could not hold)."""
+    if count > MAX_RUNS:
+        raise PlanError(f"{cause} make a plan of {count:,} configurations (the limit is "
+                        f"{MAX_RUNS:,}); split the study")
+
+
 def build_plan(parameters: Mapping[str, Any], variables: Mapping[str, Sequence[Any]],
                extensions: Iterable[Mapping[str, Any]] = ()) -> list[PlannedRun]:
     """Expand, resolve and extend a study into its runs; raise PlanError on any problem."""
@@ -219,9 +230,11 @@ def build_plan(parameters: Mapping[str, Any], variables: Mapping[str, Sequence[A
                             f"got {values!r}")
     checked = [_check_extension(i, ext) for i, ext in enumerate(extensions, 1)]
     names = list(variables)
+    _check_count(math.prod(len(variables[n]) for n in names), "the variables")
     drafts = [_Draft({**parameters, **dict(zip(names, combo))}, tuple(names))
               for combo in itertools.product(*(variables[n] for n in names))]
     for number, ext in enumerate(checked, 1):
+        _check_count(len(drafts) * len(ext.get("cases", [{}])), f"extension {number}'s cases")
         drafts = [fork for draft in drafts for fork in _apply(ext, number, draft)]
 
     runs: list[PlannedRun] = []
@@ -307,6 +320,10 @@ def scaling_configs(mode: str, workers: Sequence[int], batch_size: int | None = 
             for n in workers]
 
 
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def parse_value(text: str) -> Any:
     """A command-line value: int, float, true/false, null, JSON string/list/mapping, else text."""
     s = text.strip()
@@ -318,9 +335,9 @@ def parse_value(text: str) -> Any:
         if s.lower() in ("true", "false", "null"):
             return {"true": True, "false": False, "null": None}[s.lower()]
         if s[:1] in ('"', "[", "{"):  # DLBS habit: -P 'model="resnet50"'
-            return json.loads(s)
-    except ValueError as exc:
-        raise PlanError(f"bad value {text!r}: {exc}") from None
+            return safejson.loads(s, max_depth=safeyaml.MAX_DEPTH)  # as deep as a study file
+    except ValueError as exc:  # safejson.Refused included
+        raise PlanError(f"bad value {_cut(text)!r}: {exc}") from None
     return s
 
 
@@ -332,7 +349,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     try:
         return name.strip(), parse_value(value)
     except PlanError as exc:
-        raise PlanError(f"bad parameter {text!r}: {exc}; expected name=value") from None
+        raise PlanError(f"bad parameter {_cut(text)!r}: {exc}; expected name=value") from None
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -362,9 +379,10 @@ def parse_variable(text: str) -> tuple[str, list[Any]]:
     rest = rest.strip()
     if rest.startswith("["):
         try:
-            values = json.loads(rest)
-        except ValueError as exc:
-            raise PlanError(f"bad variable {text!r}: invalid JSON list ({exc}); {expected}")
+            values = safejson.loads(rest, max_depth=safeyaml.MAX_DEPTH)
+        except Refused as exc:  # not JSON, or too deep
+            raise PlanError(f"bad variable {_cut(text)!r}: invalid JSON list ({exc}); "
+                            f"{expected}") from None
     else:
         items = _split_top_level(rest)
         if any(not item.strip() for item in items):
@@ -385,18 +403,29 @@ def _parse_file(path: Path, text: str) -> Any:
         except ModuleNotFoundError:  # Python 3.10
             raise PlanError(f"reading {path.name} needs Python 3.11+ (tomllib); use YAML") from None
         try:
-            return tomllib.loads(text)
+            data = tomllib.loads(text)  # refuses duplicate keys itself
         except tomllib.TOMLDecodeError as exc:
             raise PlanError(f"cannot parse study file {str(path)!r}: {exc}") from None
-    import yaml
+        except RecursionError:
+            raise PlanError(f"study file {str(path)!r}: nested more than {safeyaml.MAX_DEPTH} "
+                            "levels deep (the limit)") from None
+    else:
+        import yaml
 
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or exc
-        raise PlanError(f"cannot parse study file {str(path)!r}{where}: {problem}") from None
+        try:
+            data = safeyaml.load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or exc
+            raise PlanError(f"cannot parse study file {str(path)!r}{where}: {problem}") from None
+        except Refused as exc:
+            raise PlanError(f"study file {str(path)!r}: {exc}") from None
+    try:  # the planner walks values recursively: bound the nesting of TOML files too
+        check_shape(data, max_depth=safeyaml.MAX_DEPTH)
+    except Refused as exc:
+        raise PlanError(f"study file {str(path)!r}: {exc}") from None
+    return data
 
 
 def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -405,7 +434,12 @@ def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     if file.suffix.lower() not in (".yaml", ".yml", ".toml"):
         raise PlanError(f"study file {str(file)!r} must end in .yaml, .yml or .toml")
     try:
-        text = file.read_text(encoding="utf-8")
+        with open(file, "rb") as handle:
+            raw = handle.read(safeyaml.MAX_BYTES + 1)  # never more, whatever the file is
+        if len(raw) > safeyaml.MAX_BYTES:
+            raise PlanError(f"study file {str(file)!r} is larger than {safeyaml.MAX_BYTES:,} "
+                            "bytes (the limit)")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise PlanError(f"study file {str(file)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
