@@ -13,8 +13,11 @@ The language:
   (chained); ``and``/``or``; ``a if c else b``
 - calls by bare name to: min, max, abs, round, int, float, str, len, format(template, *args)
 
-Sizes are limited (expression length, string and list lengths, integer size, exponents) so that a
-typo such as ``2 ** 10 ** 9`` fails at once instead of hanging the planner.
+Sizes are limited so that a typo such as ``2 ** 10 ** 9`` or a hostile study file fails at once
+with one line instead of hanging the planner: the expression's length and nesting, the size of
+every value it computes or reads (:data:`MAX_SIZE`, checked before a repetition or concatenation
+is built, not after), integers, exponents, format widths, and the evaluation time
+(:data:`MAX_SECONDS`, a deadline checked at every step of the walk).
 """
 from __future__ import annotations
 
@@ -24,16 +27,20 @@ import json
 import operator
 import re
 import string
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from parascale.errors import UsageError
 
-__all__ = ["ExprError", "FUNCTIONS", "evaluate", "names", "to_text", "REF_RE"]
+__all__ = ["ExprError", "FUNCTIONS", "evaluate", "names", "size_of", "to_text", "REF_RE"]
 
 MAX_EXPR_CHARS = 1000
-MAX_STR_CHARS = 10_000
-MAX_SEQ_ITEMS = 10_000
+MAX_SIZE = 10_000
+"""The largest value: a string's characters, 1 for a number (an integer of more than 20 digits:
+1 per 20 digits), and for a list or tuple its items' sizes added up, a nested list counted in full
+every time it appears: ``[[0] * 100] * 100`` has size 10,000, however little memory it takes."""
+MAX_SECONDS = 1.0  # one evaluation; the limits above keep real expressions far below it
 MAX_EXPONENT = 64
 MAX_INT_BITS = 4096
 MAX_ROUND_DIGITS = 64
@@ -63,6 +70,39 @@ def to_text(value: object) -> str:
     return str(value)
 
 
+def size_of(value: object) -> int:
+    """The size of ``value`` as :data:`MAX_SIZE` counts it.
+
+    Walked without recursion and measured once per object, so a list that appears 10,000 times
+    costs one measurement, yet counts 10,000 times.
+    """
+    def scalar(item: object) -> int:
+        if isinstance(item, str):
+            return max(1, len(item))
+        if isinstance(item, int) and not isinstance(item, bool):
+            return 1 + int(item.bit_length() * 0.30103) // 20  # 20 digits (64 bits) a unit
+        return 1
+
+    if not isinstance(value, (list, tuple)):
+        return scalar(value)
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()  # being measured: met again inside itself, it is a cycle
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        seq, measured = stack.pop()
+        if measured:
+            open_.discard(id(seq))
+            sizes[id(seq)] = max(1, sum(sizes[id(item)] if isinstance(item, (list, tuple))
+                                        else scalar(item) for item in seq))
+        elif id(seq) in open_:
+            raise ValueError("a list that contains itself has no size")
+        elif id(seq) not in sizes:
+            open_.add(id(seq))
+            stack.append((seq, True))
+            stack.extend((item, False) for item in seq if isinstance(item, (list, tuple)))
+    return sizes[id(value)]
+
+
 def _format(template: object, *args: object) -> str:
     """``str.format`` restricted to positional fields: ``{0.__class__}`` would reach objects."""
     if not isinstance(template, str):
@@ -81,8 +121,20 @@ def _format(template: object, *args: object) -> str:
             raise ValueError(f"format() field {{{field}}} must be positional: {{}} or {{0}}")
         if spec and "{" in spec:
             raise ValueError(f"format() field spec {spec!r} has nested fields, not allowed")
-        if spec and any(int(n) > MAX_STR_CHARS for n in re.findall(r"\d+", spec)):
+        if spec and any(int(n) > MAX_SIZE for n in re.findall(r"\d+", spec)):
             raise ValueError(f"format() width or precision in {spec!r} is too large")
+    # how long the text will be, before it is built: '{0}' * 2000 of a long string stops here
+    total, auto = 0, 0
+    for literal, field, spec, _conversion in fields:
+        total += len(literal)
+        if field is None:
+            continue
+        index = int(field) if field else auto
+        auto += not field
+        arg = args[index] if index < len(args) else None  # format() reports a missing one
+        total += max([size_of(arg), *(int(n) for n in re.findall(r"\d+", spec or ""))])
+    if total > MAX_SIZE:
+        raise ValueError(f"format() would make about {total:,} characters (limit {MAX_SIZE:,})")
     return template.format(*args)
 
 
@@ -266,50 +318,68 @@ def names(text: str) -> set[str]:
     return found
 
 
+def _show(number: object) -> str:
+    text = str(number)
+    return text if len(text) <= 20 else f"a number of {len(text)} digits"
+
+
 class _Evaluator:
     def __init__(self, text: str, env: Mapping[str, object]):
         self.text = text
         self.env = env
+        self.deadline = time.monotonic() + MAX_SECONDS
 
     def fail(self, message: str, detail: str = "") -> ExprError:
         return ExprError(f"{message} in expression {self.text!r}{detail}")
 
     def lookup(self, name: str) -> object:
         try:
-            return self.env[name]
+            return self.limit(self.env[name])
         except KeyError:
             known = ", ".join(sorted(self.env)) or "(none)"
             raise self.fail(f"unknown name {name!r}", f"; known names: {known}") from None
 
     def limit(self, value: Any) -> Any:
-        if isinstance(value, str) and len(value) > MAX_STR_CHARS:
-            raise self.fail(f"string result longer than {MAX_STR_CHARS} characters")
-        if isinstance(value, (list, tuple)) and len(value) > MAX_SEQ_ITEMS:
-            raise self.fail(f"list result longer than {MAX_SEQ_ITEMS} items")
         if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-            raise self.fail(f"integer result larger than 2**{MAX_INT_BITS}")
+            raise self.fail(f"integer result larger than 2**{MAX_INT_BITS} (the limit)")
+        if isinstance(value, (str, list, tuple)) and size_of(value) > MAX_SIZE:
+            raise self.fail(f"a value of size {size_of(value):,} (limit {MAX_SIZE:,}: characters, "
+                            "numbers and list items, nested lists counted in full)")
         return value
 
     def guard(self, op: type, left: Any, right: Any) -> None:
         """Refuse before computing what would take unbounded time or memory."""
         if op is ast.Pow and isinstance(right, (int, float)):
             if abs(right) > MAX_EXPONENT:
-                raise self.fail(f"exponent {right} is too large (limit {MAX_EXPONENT})")
+                raise self.fail(f"exponent {_show(right)} is too large (limit {MAX_EXPONENT})")
             if isinstance(left, int) and isinstance(right, int) and right > 0 \
                     and left.bit_length() * right > MAX_INT_BITS:
-                raise self.fail(f"result of {left} ** {right} is too large")
+                raise self.fail(f"result of {_show(left)} ** {right} is too large (limit "
+                                f"2**{MAX_INT_BITS})")
         if op is ast.Mult:
             for seq, count in ((left, right), (right, left)):
                 if isinstance(seq, (str, list, tuple)) and isinstance(count, int) \
-                        and len(seq) * max(count, 0) > MAX_STR_CHARS:
-                    raise self.fail(f"repeating a sequence {count} times is too large")
+                        and size_of(seq) * max(count, 0) > MAX_SIZE:
+                    raise self.fail(f"repeating a value of size {size_of(seq):,} "
+                                    f"{_show(count)} times is too large (limit {MAX_SIZE:,})")
+        if op is ast.Add and isinstance(left, (str, list, tuple)) \
+                and isinstance(right, (str, list, tuple)) \
+                and size_of(left) + size_of(right) > MAX_SIZE:
+            raise self.fail(f"joining values of size {size_of(left):,} and {size_of(right):,} "
+                            f"is too large (limit {MAX_SIZE:,})")
         if op is ast.Mod and isinstance(left, str):
             raise self.fail("'%' formatting of strings is not allowed (use format())")
 
     def interpolate(self, value: str) -> str:
-        return REF_RE.sub(lambda m: to_text(self.lookup(m.group(1))), value)
+        texts = {name: to_text(self.lookup(name)) for name in set(REF_RE.findall(value))}
+        total = len(value) + sum(len(texts[m.group(1)]) for m in REF_RE.finditer(value))
+        if total > MAX_SIZE:  # '${x}${x}${x}...': measured before it is built
+            raise self.fail(f"the string would be {total:,} characters long (limit {MAX_SIZE:,})")
+        return REF_RE.sub(lambda m: texts[m.group(1)], value)
 
     def run(self, node: ast.AST) -> Any:
+        if time.monotonic() > self.deadline:
+            raise self.fail(f"evaluation took longer than {MAX_SECONDS:g} s (the limit)")
         if isinstance(node, ast.Constant):
             value = node.value
             return self.limit(self.interpolate(value)) if isinstance(value, str) else value
@@ -339,7 +409,7 @@ class _Evaluator:
         if isinstance(node, ast.IfExp):
             return self.run(node.body) if self.run(node.test) else self.run(node.orelse)
         if isinstance(node, ast.Tuple):
-            return tuple(self.run(e) for e in node.elts)
+            return self.limit(tuple(self.run(e) for e in node.elts))
         if isinstance(node, ast.List):
             return self.limit([self.run(e) for e in node.elts])
         if isinstance(node, ast.Call):
