@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import re
 import typing
@@ -166,8 +167,9 @@ def referenced_names(inputs: StudyInputs) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def _base_kind(name: str) -> Any:
-    kind = typing.get_type_hints(TrainConfig)[name]
+    kind = typing.get_type_hints(TrainConfig)[name]  # slow (evaluates every annotation): cached
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if len(args) == 1 else kind
 
@@ -218,17 +220,19 @@ def _fit_gpus(train: dict[str, Any]) -> None:
 
 
 class _Checker:
-    """The trainer's own preflight for each distinct configuration (data, model, batch fit)."""
+    """The trainer's own preflight for each distinct configuration (data, model, batch fit);
+    each distinct data set is built, and each model probed, once for the whole study."""
 
     def __init__(self) -> None:
         self.seen: dict[str, dict[str, Any]] = {}
+        self.memo: dict[str, Any] = {}
 
     def __call__(self, cfg: TrainConfig, size: int) -> dict[str, Any]:
         from parascale.training import preflight
 
         key = json.dumps([cfg.to_dict(), size], sort_keys=True, default=str)
         if key not in self.seen:
-            self.seen[key] = preflight(cfg, size)
+            self.seen[key] = preflight(cfg, size, self.memo)
         return self.seen[key]
 
 

@@ -15,7 +15,7 @@ from parascale.config import TrainConfig
 from parascale.data.split import DataBundle, Split
 from parascale.errors import UsageError
 
-__all__ = ["DataBundle", "Split", "build", "check", "names"]
+__all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "names"]
 
 # name -> module under parascale.data providing check(cfg) and build(cfg)
 _REGISTRY: dict[str, str] = {
@@ -26,6 +26,12 @@ _REGISTRY: dict[str, str] = {
     "fashion-mnist": "vision",
     "imagefolder": "folder",
 }
+
+
+#: The TrainConfig fields a data set is built from (every loader reads only these): configurations
+#: that agree on them have the same data, which a study then builds once to check them all.
+FIELDS = ("dataset", "data_dir", "download", "image_size", "augment", "seed", "num_classes",
+          "synthetic_shape", "synthetic_size")
 
 
 def names() -> list[str]:
