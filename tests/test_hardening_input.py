@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -312,3 +313,24 @@ def test_plot_labels_are_short_whatever_the_model_name(tmp_path):
         rec("b", 2, 190.0, model="pkg." + "m" * 9_000 + ":build")])]).records)
     [label] = series_labels([rows[0].key]).values()
     assert len(label) <= 80 and label.startswith("pkg.mmm") and label.endswith(":build")
+
+
+# --- kin of the above, found in the same files -------------------------------------------------
+
+def test_report_of_something_neither_folder_nor_file_is_one_line(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/null")):
+        assert main(["report", str(path)]) == 2
+        assert "is neither a folder nor a file" in one_line_error(capsys)
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_never_blocks_a_reader(tmp_path):
+    os.mkfifo(tmp_path / "study.yaml")
+    with pytest.raises(PlanError, match="is not a regular file"):
+        load_study_file(tmp_path / "study.yaml")
+    jobs = make_jobs(combine(options={**TINY, "batch_size": 8}, workers="1"))
+    (tmp_path / "runs" / jobs[0].folder).mkdir(parents=True)
+    os.mkfifo(tmp_path / "runs" / jobs[0].folder / "record.json")
+    assert existing_records(tmp_path, jobs) == {}

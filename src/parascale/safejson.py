@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any
 
 __all__ = ["Refused", "MAX_BYTES", "MAX_DEPTH", "MAX_CHARS", "load", "loads", "check_shape",
@@ -39,7 +40,10 @@ def load(path: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES, max_depth:
          max_chars: int = MAX_CHARS) -> Any:
     """The JSON document in the file ``path``, within the limits; :class:`Refused` otherwise."""
     try:
-        with open(path, "rb") as handle:
+        # non-blocking: a FIFO named record.json must not stop the reader; it is refused below
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise Refused("not a regular file")
             raw = handle.read(max_bytes + 1)  # never more than the limit, whatever the file is
     except OSError as exc:
         raise Refused(f"cannot read: {exc.strerror or exc}") from None

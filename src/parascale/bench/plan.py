@@ -433,6 +433,8 @@ def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = Path(path)
     if file.suffix.lower() not in (".yaml", ".yml", ".toml"):
         raise PlanError(f"study file {str(file)!r} must end in .yaml, .yml or .toml")
+    if file.exists() and not file.is_file():  # a folder, or a FIFO that would block the read
+        raise PlanError(f"study file {str(file)!r} is not a regular file")
     try:
         with open(file, "rb") as handle:
             raw = handle.read(safeyaml.MAX_BYTES + 1)  # never more, whatever the file is

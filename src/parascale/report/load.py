@@ -141,7 +141,13 @@ def load_records(paths: list[Path] | list[str]) -> Loaded:
     for path, label in zip((Path(p) for p in paths), labels):
         if not path.exists():
             raise UsageError(f"report: {path} does not exist (expected a study folder or a record.json)")
-        files, missing = _find(path)
+        if not path.is_dir() and not path.is_file():
+            raise UsageError(f"report: {path} is neither a folder nor a file (expected a study "
+                             "folder or a record.json)")
+        try:
+            files, missing = _find(path)
+        except OSError as exc:
+            raise UsageError(f"report: cannot read {path}: {exc.strerror or exc}") from None
         if not files:
             raise UsageError(
                 f"report: no run records in {path} (expected runs/<config>/{RECORD_NAME}, "
