@@ -71,24 +71,33 @@ def loads(text: str, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) 
 def check_shape(data: Any, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) -> None:
     """Refuse nesting deeper than ``max_depth`` and strings (values or keys) longer than
     ``max_chars``, walking without recursion (so that it cannot overflow the stack itself)."""
-    stack = [(data, 1, "")]
+    def path(parent: str, key: Any) -> str:  # built only for containers and messages
+        if key is None:
+            return parent
+        if isinstance(key, int) and not isinstance(key, bool):
+            return f"{parent}[{key}]"
+        return f"{parent}.{str(key)[:40]}" if parent else str(key)[:40]
+
+    stack: list[tuple[Any, int, str, Any]] = [(data, 1, "", None)]  # value, depth, where, key
     while stack:
-        value, depth, where = stack.pop()
+        value, depth, parent, key = stack.pop()
         if isinstance(value, str):
             if len(value) > max_chars:
-                raise Refused(f"a string of {len(value):,} characters at {where or 'the top'} "
-                              f"(the limit is {max_chars:,})")
+                raise Refused(f"a string of {len(value):,} characters at "
+                              f"{path(parent, key) or 'the top'} (the limit is {max_chars:,})")
         elif isinstance(value, (dict, list)):
+            where = path(parent, key)
             if depth > max_depth:
-                raise Refused(f"nested more than {max_depth} levels deep at {where} (the limit)")
+                shown = where if len(where) <= 60 else where[:57] + "..."
+                raise Refused(f"nested more than {max_depth} levels deep at {shown} (the limit)")
             if isinstance(value, dict):
-                for key, item in value.items():
-                    name = str(key)[:40]  # JSON keys are strings; YAML's may be numbers
-                    path = f"{where}.{name}" if where else name
-                    stack.append((key, depth, path))
-                    stack.append((item, depth + 1, path))
+                for name, item in value.items():
+                    if isinstance(name, str) and len(name) > max_chars:
+                        raise Refused(f"a key of {len(name):,} characters in {where or 'the top'}"
+                                      f" (the limit is {max_chars:,})")
+                    stack.append((item, depth + 1, where, name))
             else:
-                stack.extend((item, depth + 1, f"{where}[{i}]") for i, item in enumerate(value))
+                stack.extend((item, depth + 1, where, i) for i, item in enumerate(value))
 
 
 # The parts of a run record (docs/record.md) that the report and the study runner read, with the
