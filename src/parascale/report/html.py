@@ -15,9 +15,10 @@ from html import escape
 from typing import Any, Iterable
 
 import parascale
+from parascale.report.inplan import outside_lines
 from parascale.report.load import Loaded, RunRecord
 from parascale.report.plots import Plot
-from parascale.report.tables import (Row, busy_lines, busy_sentence, group_title, grouped,
+from parascale.report.tables import (OUTSIDE, Row, busy_lines, busy_sentence, group_title, grouped,
                                      reference_note, sentences, table)
 
 CSS = """
@@ -95,7 +96,7 @@ def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
         "<h2>What was run</h2>", _configurations(loaded), "<h3>Environment</h3>", _environment(loaded),
         "<h2>Results</h2>", _tables(rows), "<h3>How to read the tables</h3>", _definitions(),
         "<h2>Plots</h2>", _plots(plots),
-        "<h2>Not finished or unreadable</h2>", _issues(loaded),
+        "<h2>Not finished or unreadable</h2>", _issues(loaded), _outside(loaded),
     ]
     if files:
         links = ", ".join(f'<a href="{escape(f)}">{escape(f)}</a>' for f in files)
@@ -253,6 +254,13 @@ def _plots(plots: list[Plot]) -> str:
             f"{escape(plot.caption)} Files: {escape(plot.name)}.png, {escape(plot.name)}.svg."
             "</figcaption></figure>")
     return "\n".join(parts)
+
+
+def _outside(loaded: Loaded) -> str:
+    if not loaded.outside:
+        return ""
+    items = "".join(f"<li>{escape(line)}</li>" for line in outside_lines(loaded))
+    return f"<h2>Not in this study's plan</h2><p class=\"note\">{escape(OUTSIDE)}.</p><ul>{items}</ul>"
 
 
 def _issues(loaded: Loaded) -> str:

@@ -61,6 +61,8 @@ SPEEDUP = "S = N_ref·X_N/X_ref, E = S/N"
 SPREAD_NOTE = ("(a–b): min–max over the runs, or over one run's steady epochs (\"ep\"); speedup, "
                "efficiency and costs: the formula at the extremes of those ranges; "
                "~ within noise (the range includes no change)")
+OUTSIDE = ("Not in this study's plan (runs of an earlier plan in the same folder, kept apart "
+           "and left out of the tables)")
 WIDTH = 120  # terminal tables fit this many columns; wider ones wrap into panels
 
 
@@ -759,9 +761,9 @@ def wrap(text: str, width: int = WIDTH, indent: str = "") -> list[str]:
 
 
 def format_terminal(rows: list[Row], unfinished: Iterable[RunRecord] = (),
-                    problems: Iterable[Problem] = ()) -> str:
+                    problems: Iterable[Problem] = (), outside: Iterable[str] = ()) -> str:
     """Plain-text tables, one per group, at most 120 columns wide; then runs on a busy machine,
-    then everything that did not finish."""
+    everything that did not finish, and the runs of the folder that are not in its plan."""
     groups = grouped(rows)
     blocks = []
     for key, group in groups.items():
@@ -777,6 +779,9 @@ def format_terminal(rows: list[Row], unfinished: Iterable[RunRecord] = (),
     if lost:
         # not wrapped: each line ends in a path, which a reader copies whole
         blocks.append("Not finished or unreadable:\n" + "\n".join("  " + line for line in lost))
+    outside = list(outside)
+    if outside:
+        blocks.append(OUTSIDE + ":\n" + "\n".join("  " + line for line in outside))
     if not blocks:
         return "No finished runs."
     return "\n\n".join(blocks)
@@ -790,7 +795,7 @@ def issue_lines(unfinished: Iterable[RunRecord], problems: Iterable[Problem]) ->
 
 
 def format_markdown(rows: list[Row], unfinished: Iterable[RunRecord] = (),
-                    problems: Iterable[Problem] = ()) -> str:
+                    problems: Iterable[Problem] = (), outside: Iterable[str] = ()) -> str:
     """GitHub-flavoured Markdown: a heading, a note and a table per group."""
     groups = grouped(rows)
     out = ["# Scaling summary", ""]
@@ -809,6 +814,9 @@ def format_markdown(rows: list[Row], unfinished: Iterable[RunRecord] = (),
     lost = issue_lines(unfinished, problems)
     if lost:
         out += ["## Not finished or unreadable", ""] + [f"- {_md(line)}" for line in lost] + [""]
+    outside = list(outside)
+    if outside:
+        out += [f"## {OUTSIDE}", ""] + [f"- {_md(line)}" for line in outside] + [""]
     out += ["Sentences:", ""] + [f"- {_md(s)}" for s in sentences(rows, unfinished)] + [""]
     return "\n".join(out)
 
