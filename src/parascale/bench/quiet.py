@@ -49,12 +49,14 @@ def wait_for_quiet(max_s: float, echo: Callable[[str], None] = lambda line: None
         other, steal = seen["other_cores"], seen["steal_cores"]
         quiet = not machine.is_busy(other, steal, cores)
         waited = time.monotonic() - began
-        if quiet or waited + window_s > max_s:
+        if quiet:
             break
         if not announced:
             echo(f"waiting for a quiet machine (other programs below {threshold:.2f} of {cores} "
                  f"cores, at most {max_s:.0f} s): now {other + steal:.2f} cores{_who(top)}")
             announced = True
+        if waited + window_s > max_s:  # another sample would pass the maximum
+            break
     if not quiet:
         echo(f"the machine is still busy after {waited:.0f} s ({other + steal:.2f} other cores"
              f"{_who(top)}): running anyway; the record says so")

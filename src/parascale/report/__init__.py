@@ -19,7 +19,8 @@ from parascale.report.html import render_html
 from parascale.report.inplan import keep_planned, outside_lines
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
 from parascale.report.plots import Plot, make_plots, write_plots
-from parascale.report.tables import Row, format_csv, format_markdown, format_terminal, summary_rows
+from parascale.report.tables import (Row, busy_sentence, format_csv, format_markdown,
+                                     format_terminal, sentences, summary_rows, wrap)
 
 __all__ = ["Loaded", "Problem", "Row", "RunRecord", "Plot", "default_out_dir", "format_terminal",
            "load_records", "load_studies", "summary_rows", "write_report", "write_loaded",
@@ -49,9 +50,15 @@ def load_studies(paths: list[Path] | list[str]) -> Loaded:
 
 
 def terminal_summary(loaded: Loaded) -> str:
-    """The tables as printed by bench and report, with the runs not in the plan listed."""
-    return format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems,
-                           outside_lines(loaded))
+    """What bench and report print: the tables (with runs on a busy machine, unfinished runs and
+    runs not in the plan), then one sentence per series on how it scaled, 120 columns wide."""
+    rows = summary_rows(loaded.records)
+    text = format_terminal(rows, loaded.unfinished, loaded.problems, outside_lines(loaded))
+    warning = busy_sentence(rows)  # already at the head of the busy-machine block
+    said = [s for s in sentences(rows, loaded.unfinished) if s != warning]
+    if not said:
+        return text
+    return text + "\n\n" + "\n".join(line for s in said for line in wrap(s))
 
 
 def write_loaded(loaded: Loaded, out_dir: Path) -> Path:

@@ -699,7 +699,7 @@ HEADERS = [header for header, _, _ in COLUMNS]
 
 def table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of one group's table, without the columns it has nothing for."""
-    alone = len(rows) == 1 and rows[0].reference_workers != 1
+    alone = len(rows) == 1  # nothing to compare with: a speedup of 1.00x would say nothing
     shown = [(h, cell) for h, cell, when in COLUMNS if any(when(r) for r in rows)
              and not (alone and h in ("speedup", "efficiency"))]
     headers = [_target_header(rows) if h == "time to acc" else h for h, _ in shown]
