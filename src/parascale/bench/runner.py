@@ -342,9 +342,12 @@ class StudyRunner:
         if record.get("status") != "ok":
             return f"{record.get('status')} after {seconds:.1f} s: {record.get('reason')}"
         summary = record.get("summary") or {}
+        machine = record.get("machine") or {}
+        busy = (f"; busy machine: {machine.get('other_cores', 0):.2f} other cores"
+                if machine.get("busy") is True else "")
         return (f"ok in {seconds:.1f} s: steady epoch {summary.get('steady_epoch_time_s', 0):.3f} s, "
                 f"{summary.get('steady_throughput', 0):,.0f} samples/s, test accuracy "
-                f"{summary.get('final_test_accuracy') or 0:.1%}")
+                f"{summary.get('final_test_accuracy') or 0:.1%}{busy}")
 
 
 def run_study(study: Path, jobs: Sequence[Job], rerun: str = "never",

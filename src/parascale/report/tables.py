@@ -503,8 +503,8 @@ def _over(row: Row, ref: Row) -> str:
     """What n the spread rests on: ' over 3 runs each' or ' over steady epochs'."""
     sources = {s.source for s in (row.spread, ref.spread) if s is not None}
     if sources == {"runs"}:
-        return f" over {min(row.runs, ref.runs)}+ runs each" if row.runs != ref.runs else \
-            f" over {row.runs} runs each"
+        return f" over {row.runs} runs each" if row.runs == ref.runs else \
+            f" over {ref.runs} and {row.runs} runs"
     if sources == {"epochs"}:
         return ", one run each: its steady epochs"
     return ", from repeats and steady epochs"
