@@ -275,7 +275,8 @@ class StudyRunner:
                       f"the earlier plan in {self.study}")
             return "grown"
         apart = before - now
-        self.echo(f"note: {self.study} held a different plan ({len(before)} runs, written "
+        what = "a larger plan" if now <= before else "a different plan"
+        self.echo(f"note: {self.study} held {what} ({len(before)} runs, written "
                   f"{earlier.get('written', '?')}); this one shares {len(before & now)} of them. "
                   f"The other {len(apart)} stay in {self.study / RUNS} but are kept apart: the "
                   "report shows only this plan's runs and lists them as not in the plan (use "
