@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from parascale.files import atomic_write_bytes
-from parascale.report.tables import GroupKey, Range, Row, grouped
+from parascale.report.tables import GroupKey, Range, Row, grouped, loss_text
 
 STYLE = {
     "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
@@ -360,8 +360,8 @@ def _lost_efficiency(groups, labels, colors):
         ax.bar([p + 0.2 for p in pos], measured, 0.4, yerr=_yerr(measured, ranges), capsize=3,
                color=colors[key], label="measured (with gradient exchange)")
         for p, r, b in zip(pos, rows, base):
-            ax.annotate(f"sharing {100 * r.contention_loss:.0f} pts\n"
-                        f"exchange {100 * r.exchange_loss:.0f} pts",
+            ax.annotate(f"sharing {loss_text(r.contention_loss, r.contention_range)}\n"
+                        f"exchange {loss_text(r.exchange_loss, r.exchange_range)}",
                         (p, max(b, 100 * r.efficiency) + 4), ha="center", fontsize=7)
         ax.axhline(100, linestyle="--", color="black", alpha=0.6, label="ideal: 100 %")
         ax.set_xticks(pos, labels=[str(r.workers) for r in rows])
@@ -377,7 +377,7 @@ def _lost_efficiency(groups, labels, colors):
             "sharing the machine, no gradient exchange) and the measured efficiency X_s/(N·X_1). "
             "The first gap is the cost of N processes sharing the machine, the second the cost of "
             "gradient exchange, in points of efficiency; error bars are the conservative "
-            "intervals, and a gap inside them is noise.")
+            "intervals, and a gap inside them is noise (marked ~).")
 
 
 def _yerr(values: list[float], ranges: list[Range | None]):

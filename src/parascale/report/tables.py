@@ -646,7 +646,7 @@ def _efficiency_cell(row: Row) -> str:
                              lambda v: f"{100 * v:.1f}"), row.efficiency_range, 1.0)
 
 
-def _loss_cell(value: float | None, interval: Range | None) -> str:
+def loss_text(value: float | None, interval: Range | None) -> str:
     if value is None:
         return "—"
     return _noise(_with_span(f"{_points(value)} pts", interval, _points), interval, 0.0)
@@ -685,9 +685,9 @@ COLUMNS: list[tuple[str, Callable[[Row], str], Callable[[Row], bool]]] = [
      lambda r: r.baseline_throughput is not None),
     ("speedup", _speedup_cell, lambda r: True),
     ("efficiency", _efficiency_cell, lambda r: True),
-    ("lost: sharing", lambda r: _loss_cell(r.contention_loss, r.contention_range),
+    ("lost: sharing", lambda r: loss_text(r.contention_loss, r.contention_range),
      lambda r: r.contention_loss is not None),
-    ("lost: exchange", lambda r: _loss_cell(r.exchange_loss, r.exchange_range),
+    ("lost: exchange", lambda r: loss_text(r.exchange_loss, r.exchange_range),
      lambda r: r.exchange_loss is not None),
     ("sync cost", _sync_cell, lambda r: r.sync_cost is not None),
     ("test acc", lambda r: "—" if r.test_accuracy is None else f"{r.test_accuracy:.1%}",
