@@ -454,7 +454,9 @@ def _span(interval: Range | None, fmt: Callable[[float], str]) -> str:
     """'1.30–1.60' for an interval of non-zero width, '' otherwise."""
     if interval is None or interval[0] == interval[1]:
         return ""
-    return f"{fmt(interval[0])}–{fmt(interval[1])}"
+    # '-21–65' reads as a subtraction: a range crossing zero is written out
+    joint = " to " if interval[0] < 0 else "–"
+    return f"{fmt(interval[0])}{joint}{fmt(interval[1])}"
 
 
 def _how_it_scaled(group: list[Row]) -> str:
