@@ -1,8 +1,11 @@
-"""Shared helpers: real training runs through the public API, read back from their files."""
+"""Shared helpers: real training runs through the public API, read back from their files, and run
+records written with stated figures for the report's tests."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -37,3 +40,98 @@ def train_run(tmp_path):
         return run_training(tmp_path / f"run{next(counter)}", **options)
 
     return run
+
+
+# ---- records in the documented schema (docs/record.md), with figures a test states ------------
+
+def record(workers: int, throughput: float | None = None, *, epoch_time: float | None = None,
+           model: str = "smallcnn", dataset: str = "digits", scaling: str | None = "weak",
+           sync: str = "allreduce", status: str = "ok", reason: str | None = None,
+           baseline: bool = False, repeat: int = 0, batch: int = 32, global_batch: int | None = None,
+           step_p50: float | None = None, step_p95: float | None = None, accuracy: float = 0.9,
+           tta: dict | None = None, epochs: int = 3, study: bool = True,
+           epoch_throughputs: list[float] | None = None,
+           machine: dict | None = None) -> dict[str, Any]:
+    """A parascale.run/1 record. Give throughput or epoch_time; the other follows from 1,400 samples.
+
+    ``epoch_throughputs`` states each steady epoch's throughput (a warm-up epoch is added before
+    them; the summary's throughput stays ``throughput``); ``machine`` is the record's machine
+    block (see :func:`machine_block`).
+    """
+    samples = 1400
+    if throughput is None and epoch_time is None:  # unfinished runs carry no figures anyway
+        throughput = 1.0
+    if throughput is None:
+        throughput = samples / epoch_time
+    if epoch_time is None:
+        epoch_time = samples / throughput
+    global_batch = global_batch or batch * workers
+    step = step_p50 if step_p50 is not None else global_batch / throughput
+    epoch_list = [{
+        "epoch": e, "warmup": e == 1, "wall_time_s": epoch_time * (1.5 if e == 1 else 1),
+        "wall_time_s_per_rank": [epoch_time] * workers, "samples": samples,
+        "throughput": throughput, "train_loss": 1.0 / e, "test_loss": 1.0 / e,
+        "test_accuracy": accuracy * (0.7 + 0.3 * e / epochs), "elapsed_s": epoch_time * (e + 0.5),
+        "lr": 0.05,
+    } for e in range(1, epochs + 1)]
+    if epoch_throughputs is not None:
+        epoch_list = epoch_list[:1] + [
+            {**epoch_list[0], "epoch": e, "warmup": False, "throughput": x,
+             "wall_time_s": samples / x} for e, x in enumerate(epoch_throughputs, 2)]
+    data: dict[str, Any] = {
+        "schema": "parascale.run/1", "status": status, "reason": reason,
+        "config": {"model": model, "dataset": dataset, "data_dir": None, "workers": workers,
+                   "device": "cpu", "backend": "gloo", "batch_size": batch,
+                   "global_batch": global_batch, "epochs": epochs, "lr": 0.05,
+                   "precision": "fp32", "sync": sync, "target_accuracy": None},
+        "derived": {"world_size": workers, "per_device_batch": global_batch // workers,
+                    "global_batch": global_batch, "effective_lr": 0.05, "steps_per_epoch": 22,
+                    "train_samples": samples, "test_samples": 360, "threads_per_worker": 1},
+        "environment": {"python": "3.11.7", "torch": "2.14.1", "parascale": "0.1.0",
+                        "backend": "gloo", "device_type": "cpu", "devices": ["cpu"] * workers,
+                        "cpu_model": "Test CPU", "cpu_count": 8, "hosts": ["node1"],
+                        "launcher": "local", "git_revision": None,
+                        "start_time": "2026-11-22T09:30:00+00:00"},
+        "epochs": epoch_list,
+        "steps": {"count": 40 * workers, "excluded": "epoch 1 (warm-up)",
+                  "phases": {"step": {"p50": step, "p95": step_p95 or step * 1.2,
+                                      "max": step * 1.5, "mean": step * 1.05}},
+                  "per_rank": [{"rank": r, "step_p50_s": step * (1 + 0.02 * r),
+                                "step_p95_s": step * 1.2} for r in range(workers)]},
+        "memory": {"kind": "cpu_max_rss", "peak_bytes_per_rank": [10**8] * workers},
+        "time_to_accuracy": tta,
+        "machine": machine,
+        "summary": {"total_time_s": epoch_time * epochs * 1.2, "steady_epoch_time_s": epoch_time,
+                    "steady_throughput": throughput, "final_test_accuracy": accuracy,
+                    "final_test_loss": 0.3, "final_train_loss": 0.3},
+        "study": {"name": "study", "config_id": re.sub(r"[^\w.-]", "_", model)
+                  + f"-{scaling}-{sync}-n{workers}-r{repeat}{'-b' if baseline else ''}",
+                  "scaling": scaling, "repeat": repeat, "baseline": baseline} if study else None,
+    }
+    if status != "ok":  # an unfinished run has no figures
+        data.update(epochs=[], steps=None, summary=None)
+    return data
+
+
+def write_study(folder: Path, records: list[dict[str, Any]]) -> Path:
+    """A bench-style study folder: runs/<config_id>/record.json."""
+    for i, rec in enumerate(records):
+        config_id = rec["study"]["config_id"] if rec.get("study") else f"run{i}"
+        path = folder / "runs" / config_id / "record.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rec))
+    return folder
+
+
+def machine_block(busy: bool = True, other: float = 0.95, cores: int = 2,
+                  command: str = "python -m parascale train --workers 2",
+                  pid: int = 4242) -> dict[str, Any]:
+    """A record's ``machine`` block as runtime.machine writes it: ``other`` cores used by other
+    programs during the run, the biggest of them ``command``."""
+    return {"cores": cores, "window_s": 10.0, "other_cores": other, "steal_cores": 0.0,
+            "busy": busy, "busy_threshold_cores": 0.25,
+            "hosts": [{"host": "node1", "cores": cores, "busy_cores": other + 1.0,
+                       "own_cores": 1.0, "other_cores": other, "steal_cores": 0.0,
+                       "load_avg_1m": [1.0, 1.9],
+                       "top_others": [{"pid": pid, "command": command, "cores": other * 0.9}]}],
+            "method": "psutil.cpu_times and the run's own process times"}

@@ -1,6 +1,7 @@
 """Report tables against hand computations on fixed records (no training: records are written here).
 
-The record helpers below are also imported by test_report_plots.py and test_report_html.py.
+The record helpers (from conftest.py) are also imported through here by test_report_plots.py
+and test_report_html.py.
 """
 from __future__ import annotations
 
@@ -19,75 +20,10 @@ from parascale.report import format_terminal, load_records, summary_rows, write_
 from parascale.report import command
 from parascale.report.tables import format_csv, format_markdown, sentences
 
-
-# ---- helpers: records in the documented schema (docs/record.md) --------------------------------
-
-def record(workers: int, throughput: float | None = None, *, epoch_time: float | None = None,
-           model: str = "smallcnn", dataset: str = "digits", scaling: str | None = "weak",
-           sync: str = "allreduce", status: str = "ok", reason: str | None = None,
-           baseline: bool = False, repeat: int = 0, batch: int = 32, global_batch: int | None = None,
-           step_p50: float | None = None, step_p95: float | None = None, accuracy: float = 0.9,
-           tta: dict | None = None, epochs: int = 3, study: bool = True) -> dict[str, Any]:
-    """A parascale.run/1 record. Give throughput or epoch_time; the other follows from 1,400 samples."""
-    samples = 1400
-    if throughput is None and epoch_time is None:  # unfinished runs carry no figures anyway
-        throughput = 1.0
-    if throughput is None:
-        throughput = samples / epoch_time
-    if epoch_time is None:
-        epoch_time = samples / throughput
-    global_batch = global_batch or batch * workers
-    step = step_p50 if step_p50 is not None else global_batch / throughput
-    epoch_list = [{
-        "epoch": e, "warmup": e == 1, "wall_time_s": epoch_time * (1.5 if e == 1 else 1),
-        "wall_time_s_per_rank": [epoch_time] * workers, "samples": samples,
-        "throughput": throughput, "train_loss": 1.0 / e, "test_loss": 1.0 / e,
-        "test_accuracy": accuracy * (0.7 + 0.3 * e / epochs), "elapsed_s": epoch_time * (e + 0.5),
-        "lr": 0.05,
-    } for e in range(1, epochs + 1)]
-    data: dict[str, Any] = {
-        "schema": "parascale.run/1", "status": status, "reason": reason,
-        "config": {"model": model, "dataset": dataset, "data_dir": None, "workers": workers,
-                   "device": "cpu", "backend": "gloo", "batch_size": batch,
-                   "global_batch": global_batch, "epochs": epochs, "lr": 0.05,
-                   "precision": "fp32", "sync": sync, "target_accuracy": None},
-        "derived": {"world_size": workers, "per_device_batch": global_batch // workers,
-                    "global_batch": global_batch, "effective_lr": 0.05, "steps_per_epoch": 22,
-                    "train_samples": samples, "test_samples": 360, "threads_per_worker": 1},
-        "environment": {"python": "3.11.7", "torch": "2.14.1", "parascale": "0.1.0",
-                        "backend": "gloo", "device_type": "cpu", "devices": ["cpu"] * workers,
-                        "cpu_model": "Test CPU", "cpu_count": 8, "hosts": ["node1"],
-                        "launcher": "local", "git_revision": None,
-                        "start_time": "2026-11-22T09:30:00+00:00"},
-        "epochs": epoch_list,
-        "steps": {"count": 40 * workers, "excluded": "epoch 1 (warm-up)",
-                  "phases": {"step": {"p50": step, "p95": step_p95 or step * 1.2,
-                                      "max": step * 1.5, "mean": step * 1.05}},
-                  "per_rank": [{"rank": r, "step_p50_s": step * (1 + 0.02 * r),
-                                "step_p95_s": step * 1.2} for r in range(workers)]},
-        "memory": {"kind": "cpu_max_rss", "peak_bytes_per_rank": [10**8] * workers},
-        "time_to_accuracy": tta,
-        "summary": {"total_time_s": epoch_time * epochs * 1.2, "steady_epoch_time_s": epoch_time,
-                    "steady_throughput": throughput, "final_test_accuracy": accuracy,
-                    "final_test_loss": 0.3, "final_train_loss": 0.3},
-        "study": {"name": "study", "config_id": re.sub(r"[^\w.-]", "_", model)
-                  + f"-{scaling}-{sync}-n{workers}-r{repeat}{'-b' if baseline else ''}",
-                  "scaling": scaling, "repeat": repeat, "baseline": baseline} if study else None,
-    }
-    if status != "ok":  # an unfinished run has no figures
-        data.update(epochs=[], steps=None, summary=None)
-    return data
+from conftest import record, write_study  # noqa: F401 (re-exported to the other report tests)
 
 
-def write_study(folder: Path, records: list[dict[str, Any]]) -> Path:
-    """A bench-style study folder: runs/<config_id>/record.json."""
-    for i, rec in enumerate(records):
-        config_id = rec["study"]["config_id"] if rec.get("study") else f"run{i}"
-        path = folder / "runs" / config_id / "record.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rec))
-    return folder
-
+# ---- helpers (record and write_study live in conftest.py, shared) --------------------------
 
 def rows_for(tmp_path: Path, records: list[dict[str, Any]]):
     return summary_rows(load_records([write_study(tmp_path / "study", records)]).records)
@@ -139,12 +75,13 @@ def test_super_linear_is_not_capped(tmp_path):
 def test_reference_is_smallest_n_without_a_one_worker_run(tmp_path):
     rows = by_n(rows_for(tmp_path, [record(2, 200.0), record(4, 360.0), record(8, 640.0)]))
     assert {r.reference_workers for r in rows.values()} == {2}
-    assert rows[2].speedup == pytest.approx(2.0) and rows[2].efficiency == pytest.approx(1.0)
+    # the reference's own speedup would only restate an assumption: not shown as measured
+    assert rows[2].speedup is None and rows[2].efficiency is None
     assert rows[4].speedup == pytest.approx(2 * 360 / 200)
     assert rows[8].efficiency == pytest.approx(2 * 640 / 200 / 8)
     assert "relative to 2 workers" in format_terminal(list(rows.values()))
     [sentence] = sentences(list(rows.values()))
-    assert "8 workers reach 3.20× the throughput of 2 (efficiency 80% relative to 2 workers)" in sentence
+    assert "8 workers reach 3.20× the throughput of 2 workers (efficiency 80% relative to 2 workers)" in sentence
 
 
 def test_low_efficiency_gets_a_note(tmp_path):

@@ -13,6 +13,13 @@ always complete and labelled, and an earlier record of the same run (``--rerun a
 ``failed``) is only replaced once its successor exists. A study killed after a run finished but
 before it was filed loses nothing: the next invocation files the finished record first.
 
+A study folder holds one plan at a time. Running a *different* plan in it (other settings, not
+just more worker counts or repeats) replaces ``plan.json`` and says so; the earlier plan's runs
+stay in ``runs/`` but are kept apart: the report of the folder shows only the runs of its plan
+and lists the others as not in it. Growing a plan (more worker counts, more repeats, baselines
+added) resumes as usual. A recorded run whose settings differ from what the plan now asks for
+(threads per worker change when the largest N does) is run again rather than kept.
+
 An out-of-memory result is a result: it is recorded (status ``oom``), and every larger per-device
 batch of the same configuration otherwise (same model, data, devices, workers, strategy...) is
 recorded as ``skipped`` with a reason naming the batch and run that failed. Nothing is printed
@@ -86,7 +93,8 @@ class StudyRunner:
     """Runs the jobs of one study folder in order; see the module docstring."""
 
     def __init__(self, study: Path, jobs: Sequence[Job], rerun: str = "never",
-                 echo: Callable[[str], None] = lambda line: None):
+                 echo: Callable[[str], None] = lambda line: None,
+                 quiet_max_s: float | None = None):
         if rerun not in RERUN:
             raise UsageError(f"--rerun must be one of {', '.join(RERUN)}, got {rerun!r}")
         if study.exists() and not study.is_dir():
@@ -96,6 +104,9 @@ class StudyRunner:
         self.oom: dict[str, tuple[int, str]] = {}  # memory key -> (smallest oom batch, config)
         self.records: dict[str, dict[str, Any]] = {}  # folder -> final record
         self.durations: list[float] = []
+        self.quiet_max_s = quiet_max_s  # --quiet-machine: wait up to this long before each run
+        self.quiet: dict[str, dict[str, Any]] = {}  # folder -> what the wait saw
+        self.plan_change = "new"
 
     # -- files ------------------------------------------------------------------------------
 
@@ -111,8 +122,11 @@ class StudyRunner:
                                  json.dumps(plan, indent=2, default=str) + "\n")
 
     def _study_block(self, job: Job) -> dict[str, Any]:
-        return {"name": self.name, "config_id": job.config_id, "scaling": job.scaling,
-                "repeat": job.repeat, "baseline": job.baseline, "params": job.params}
+        block = {"name": self.name, "config_id": job.config_id, "scaling": job.scaling,
+                 "repeat": job.repeat, "baseline": job.baseline, "params": job.params}
+        if job.folder in self.quiet:
+            block["quiet_machine"] = self.quiet[job.folder]
+        return block
 
     def _file(self, job: Job, record: dict[str, Any]) -> dict[str, Any]:
         """Label ``record`` and write it as the run's final record (the model first, if any)."""
@@ -140,6 +154,28 @@ class StudyRunner:
         if record is not None and not isinstance(record.get("study"), dict):
             return self._file(job, record)
         return record
+
+    @staticmethod
+    def _stale(job: Job, record: dict[str, Any] | None) -> str | None:
+        """Why a recorded run does not match what the plan now asks of it, or None.
+
+        Only settings both sides state are compared: an older record lacking one is not stale.
+        """
+        config = record.get("config") if isinstance(record, dict) else None
+        if not isinstance(config, dict) or job.skip_reason is not None:
+            return None
+        try:
+            wanted = TrainConfig.from_dict(job.train).to_dict()
+        except (TypeError, ValueError):
+            return None
+        for name in sorted(job.train):
+            if name in ("out", "save_model") or name not in config:
+                continue
+            had, want = (json.dumps(v, sort_keys=True, default=str)
+                         for v in (config[name], wanted.get(name)))
+            if had != want:
+                return f"{name} was {had}, the plan now gives {want}"
+        return None
 
     def _keep(self, record: dict[str, Any] | None) -> bool:
         if record is None or self.rerun == "always":
@@ -209,14 +245,52 @@ class StudyRunner:
             (self.study / RUNS).mkdir(exist_ok=True)
             for leftover in [*self.study.glob(".*.tmp"), *self.study.glob(f"{RUNS}/*/.*.tmp")]:
                 leftover.unlink(missing_ok=True)  # an atomic write cut short by a kill
+            self.plan_change = self._compare_plans(self._earlier_plan())
             self.write_plan(inputs)
             return self._run()
+
+    def _earlier_plan(self) -> dict[str, Any] | None:
+        try:
+            plan = json.loads((self.study / PLAN).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        if not isinstance(plan, dict) or not isinstance(plan.get("runs"), list):
+            return None
+        return plan
+
+    def _compare_plans(self, earlier: dict[str, Any] | None) -> str:
+        """'new', 'same', 'grown' or 'changed' (said, with what happens to the earlier runs)."""
+        if earlier is None:
+            return "new"
+        before = {r.get("folder") for r in earlier["runs"] if isinstance(r, dict)}
+        now = {job.folder for job in self.jobs}
+        if before == now:
+            return "same"
+        if before <= now:
+            self.echo(f"the plan grew: {len(now - before)} run(s) added to the {len(before)} of "
+                      f"the earlier plan in {self.study}")
+            return "grown"
+        apart = before - now
+        what = "a larger plan" if now <= before else "a different plan"
+        self.echo(f"note: {self.study} held {what} ({len(before)} runs, written "
+                  f"{earlier.get('written', '?')}); this one shares {len(before & now)} of them. "
+                  f"The other {len(apart)} stay in {self.study / RUNS} but are kept apart: the "
+                  "report shows only this plan's runs and lists them as not in the plan (use "
+                  "another --out to keep studies in folders of their own)")
+        return "changed"
 
     def _run(self) -> dict[str, dict[str, Any]]:
         start = time.monotonic()
         existing = {job.folder: self._recover(job) for job in self.jobs}
-        kept = {f for f, r in existing.items() if self._keep(r)}
+        stale = {job.folder: why for job in self.jobs
+                 if self._keep(existing[job.folder])
+                 and (why := self._stale(job, existing[job.folder]))}
+        kept = {f for f, r in existing.items() if self._keep(r) and f not in stale}
         self._announce(existing, kept)
+        if stale:
+            folder, why = next(iter(stale.items()))
+            self.echo(f"{len(stale)} recorded run(s) ran with other settings than this plan gives "
+                      f"them ({folder}: {why}): they run again")
         pending = len(self.jobs) - len(kept)
         total = len(self.jobs)
         for i, job in enumerate(self.jobs, 1):
@@ -235,6 +309,10 @@ class StudyRunner:
                     if self.durations else "")
             pending -= 1
             self.echo(f"[{i}/{total}] {job.label} (elapsed {_clock(elapsed)}{left})")
+            if self.quiet_max_s is not None:
+                from parascale.bench.quiet import wait_for_quiet
+
+                self.quiet[job.folder] = wait_for_quiet(self.quiet_max_s, self.echo)
             began = time.monotonic()
             record = self._execute(job)
             self.durations.append(time.monotonic() - began)
@@ -251,22 +329,29 @@ class StudyRunner:
                       "kept (--rerun always runs them again)" + note)
         folders = {job.folder for job in self.jobs}
         others = [p for p in (self.study / RUNS).iterdir() if p.is_dir() and p.name not in folders]
-        if others:
+        if others and self.plan_change != "changed":  # a changed plan has said so already
             self.echo(f"note: {self.study / RUNS} also holds {len(others)} run(s) that are not in "
-                      "this plan (an earlier study?); the report includes them")
+                      "this plan (an earlier study?); the report leaves them out of the tables and "
+                      "lists them as not in the plan")
 
     @staticmethod
     def _outcome(record: dict[str, Any], seconds: float) -> str:
         if record.get("status") != "ok":
             return f"{record.get('status')} after {seconds:.1f} s: {record.get('reason')}"
         summary = record.get("summary") or {}
+        machine = record.get("machine") or {}
+        busy = (f"; busy machine: {machine.get('other_cores', 0):.2f} other cores"
+                if machine.get("busy") is True else "")
         return (f"ok in {seconds:.1f} s: steady epoch {summary.get('steady_epoch_time_s', 0):.3f} s, "
                 f"{summary.get('steady_throughput', 0):,.0f} samples/s, test accuracy "
-                f"{summary.get('final_test_accuracy') or 0:.1%}")
+                f"{summary.get('final_test_accuracy') or 0:.1%}{busy}")
 
 
 def run_study(study: Path, jobs: Sequence[Job], rerun: str = "never",
               echo: Callable[[str], None] = lambda line: None,
-              inputs: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Write the plan and run it (see :class:`StudyRunner`); the final record of every job."""
-    return StudyRunner(Path(study), jobs, rerun, echo).run(inputs)
+              inputs: dict[str, Any] | None = None,
+              quiet_max_s: float | None = None) -> dict[str, dict[str, Any]]:
+    """Write the plan and run it (see :class:`StudyRunner`); the final record of every job.
+
+    ``quiet_max_s``: wait before each run until the machine is quiet, at most this long."""
+    return StudyRunner(Path(study), jobs, rerun, echo, quiet_max_s).run(inputs)

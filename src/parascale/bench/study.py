@@ -27,7 +27,7 @@ from parascale.config import (STRATEGY_OPTIONS, TUPLE_FIELDS, TrainConfig, avail
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
-           "STUDY_NAMES", "SCALINGS"]
+           "interleave", "reference_warning", "STUDY_NAMES", "SCALINGS"]
 
 SCALINGS = ("weak", "strong")
 STUDY_NAMES = frozenset({"scaling"})  # names bench itself understands; never passed to train
@@ -359,7 +359,12 @@ def _fix_threads(jobs: list[Job]) -> None:
 
 
 def make_jobs(inputs: StudyInputs) -> list[Job]:
-    """Every job of the study in run order: repeats in rounds, each baseline after its run."""
+    """Every job of the study in run order: repeats in rounds, each baseline after its run.
+
+    Rounds (every configuration once, then every one again: ABAB..., as benchmark suites run
+    them) make slow drift on a shared machine (another job starting, a thermal limit) hit every
+    configuration alike instead of all repeats of one.
+    """
     from parascale.runtime import external_launcher
 
     if external_launcher():
@@ -384,6 +389,27 @@ def make_jobs(inputs: StudyInputs) -> list[Job]:
                    for job in jobs]
     _labels(rounds, inputs.repeat)
     return rounds
+
+
+def interleave(*studies: Sequence[Job]) -> list[Job]:
+    """Several studies' jobs run as one, in rounds across all of them: round 1 of each study,
+    then round 2 of each, ... (the order inside a study's round is kept)."""
+    indexed = [(job.repeat, number, i, job) for number, jobs in enumerate(studies)
+               for i, job in enumerate(jobs)]
+    return [job for *_, job in sorted(indexed, key=lambda item: item[:3])]
+
+
+def reference_warning(jobs: Sequence[Job]) -> str | None:
+    """What the summary will not be able to say because the plan has no 1-worker run."""
+    counts = sorted({job.world_size for job in jobs if job.skip_reason is None})
+    if not counts or counts[0] == 1:
+        return None
+    if len(counts) == 1:
+        return (f"one worker count ({counts[0]}) and no 1-worker run: the summary shows "
+                f"throughput but no speedup or efficiency (add --workers 1,{counts[0]}, or "
+                "--scaling weak|strong for a whole study)")
+    return (f"no 1-worker run: speedup and efficiency will be relative to {counts[0]} workers, "
+            f"assuming those scaled perfectly (add 1 to --workers to measure it)")
 
 
 def plan_table(jobs: Sequence[Job], repeat: int = 1) -> str:

@@ -27,8 +27,15 @@ efficiency t1/tN); --scaling strong keeps the effective batch (--global-batch B;
 efficiency t1/(N*tN); an N that does not divide B is skipped with that reason). Efficiency is
 never capped. The learning-rate rule (--lr-scaling) applies per configuration.
 
+Without --scaling, --workers or -V (no study at all, only training options), bench runs a weak
+scaling study over 1, 2, 4, ... and all cores (strong when --global-batch is given): one
+configuration cannot say how anything scaled. --workers N runs that one configuration, and its
+summary shows no speedup.
+
 Re-running the same command resumes: runs already recorded are kept (--rerun never), so an
-interrupted study continues where it stopped. An out-of-memory run is recorded as such, and the
+interrupted study continues where it stopped; adding worker counts or repeats grows it. A study
+folder holds one plan (plan.json): running a different plan in it says so, and the earlier
+plan's runs are kept apart (left out of the tables, listed as not in the plan). An out-of-memory run is recorded as such, and the
 larger per-device batches of that configuration are skipped, each with the reason.
 """
 
@@ -58,6 +65,27 @@ With --gpus G1,...,Gk, a run with N workers uses the first N GPUs of the list.
 """
 
 
+DEFAULT_QUIET_S = 120.0  # --quiet-machine without a value
+DEFAULT_BATCH = 32  # per device, as parascale.config.derive assumes when no batch is given
+
+
+def add_quiet_option(group: Any) -> None:
+    group.add_argument("--quiet-machine", type=float, nargs="?", const=DEFAULT_QUIET_S,
+                       default=None, metavar="MAX_S",
+                       help="before each run, wait until other programs use less than a tenth "
+                       f"of the cores, at most MAX_S seconds (default {DEFAULT_QUIET_S:.0f}); "
+                       "what was seen is recorded in each run's study block")
+
+
+def check_quiet(max_s: float | None) -> float | None:
+    if max_s is not None and not max_s >= 0:
+        from parascale.errors import UsageError
+
+        raise UsageError(f"--quiet-machine waits at most MAX_S seconds, which must be 0 or more, "
+                         f"got {max_s:g}")
+    return max_s
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench", help="run a scaling study (weak/strong, worker counts, parameter sweeps)",
@@ -80,8 +108,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="worker counts: 1,2,4 | 1-4 | pow2 | pow2:N | all (default with "
                        "--scaling: powers of two up to all cores or GPUs, and all)")
     study.add_argument("--repeat", type=int, default=1, metavar="K",
-                       help="run each configuration K times; the summary shows medians and "
-                       "the spread (default: 1)")
+                       help="run each configuration K times, in rounds (every configuration "
+                       "once, then again: ABAB..., so that drift hits all alike); the summary "
+                       "shows medians and the spread (default: 1)")
+    add_quiet_option(study)
     study.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
                        help="which recorded runs to run again: never (resume; default), "
                        "failed, always")
@@ -123,14 +153,12 @@ def echo(line: str) -> None:
 
 def summarise(study: Path) -> Path:
     """Write the report of ``study`` and STUDY/summary.txt, print the table; report.html's path."""
-    from parascale.report import default_out_dir, format_terminal, load_records, summary_rows
-    from parascale.report import write_loaded
-
     from parascale.files import atomic_write_text
+    from parascale.report import default_out_dir, load_studies, terminal_summary, write_loaded
 
-    loaded = load_records([study])
+    loaded = load_studies([study])  # this plan's runs only: an earlier plan's are listed apart
     path = write_loaded(loaded, default_out_dir(study))
-    table = format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems)
+    table = terminal_summary(loaded)
     atomic_write_text(study / "summary.txt", table + "\n")  # beside plan.json, as printed
     print()
     print(table)
@@ -138,15 +166,33 @@ def summarise(study: Path) -> Path:
     return path
 
 
+def default_scaling(args: argparse.Namespace, options: dict[str, Any],
+                    assignments: list[tuple[str, Any]]) -> str | None:
+    """The scaling mode of the default study, when the command line names no study at all (no
+    --scaling, worker counts, variables or study file): weak, or strong for a global batch."""
+    named = {name for name, _ in assignments}
+    if args.config or args.var or args.scaling or args.workers_spec \
+            or named & {"workers", "scaling"}:
+        return None
+    return "strong" if "global_batch" in {*options, *named} else "weak"
+
+
 def plan_from_args(args: argparse.Namespace):
     """(inputs, jobs, study folder) from the command line; UsageError for any bad input."""
     from parascale.bench.plan import load_study_file, parse_assignment, parse_variable
     from parascale.bench.study import combine, make_jobs
 
+    options = config_from_args(args)
+    assignments = [parse_assignment(text) for text in args.param]
+    args.default_scaling = default_scaling(args, options, assignments)
+    scaling = args.default_scaling or args.scaling
+    if scaling == "weak" and args.default_scaling and "batch_size" not in options \
+            and "batch_size" not in {name for name, _ in assignments}:
+        options["batch_size"] = DEFAULT_BATCH
+    check_quiet(args.quiet_machine)
     inputs = combine(
-        load_study_file(args.config) if args.config else None, config_from_args(args),
-        [parse_assignment(text) for text in args.param],
-        [parse_variable(text) for text in args.var], args.scaling, args.workers_spec,
+        load_study_file(args.config) if args.config else None, options, assignments,
+        [parse_variable(text) for text in args.var], scaling, args.workers_spec,
         args.repeat, args.baseline)
     jobs = make_jobs(inputs)
     study = Path(args.study_out) if args.study_out else default_out(inputs)
@@ -155,6 +201,20 @@ def plan_from_args(args: argparse.Namespace):
 
         raise UsageError(f"--out {study} exists and is not a folder")
     return inputs, jobs, study
+
+
+def explain(args: argparse.Namespace, jobs: list) -> None:
+    """Say what the plan cannot show before it runs: a default study, or no 1-worker reference."""
+    from parascale.bench.study import reference_warning
+
+    if getattr(args, "default_scaling", None):
+        counts = sorted({job.world_size for job in jobs})
+        echo(f"no --scaling, --workers or -V given: the plan is a {args.default_scaling} scaling "
+             f"study over {', '.join(map(str, counts))} workers, so that the summary can say how "
+             "it scaled (--workers N runs one configuration)")
+    warning = reference_warning(jobs)
+    if warning:
+        echo(f"note: {warning}")
 
 
 def dry_run(jobs: list, study: Path, repeat: int, rerun: str) -> None:
@@ -172,16 +232,16 @@ def dry_run(jobs: list, study: Path, repeat: int, rerun: str) -> None:
 
 
 def execute(study: Path, jobs: list, rerun: str, inputs: dict[str, Any],
-            command: str) -> int:
+            command: str, quiet_max_s: float | None = None) -> int:
     """Run the study, then print the summary and the report path; 1 when a run failed.
 
-    ``command`` is what to type to resume after Ctrl-C.
+    ``command`` is what to type to resume after Ctrl-C; ``quiet_max_s`` is --quiet-machine.
     """
     from parascale.bench.runner import existing_records, run_study
     from parascale.errors import WorkerFailure
 
     try:
-        records = run_study(study, jobs, rerun, echo, inputs=inputs)
+        records = run_study(study, jobs, rerun, echo, inputs=inputs, quiet_max_s=quiet_max_s)
     except KeyboardInterrupt:
         done = len(existing_records(study, jobs))
         print(f"\ninterrupted: {done} of {len(jobs)} runs are recorded in {study}; to resume, "
@@ -204,7 +264,9 @@ def typed_command(name: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     inputs, jobs, study = plan_from_args(args)
+    explain(args, jobs)
     if args.dry_run:
         dry_run(jobs, study, inputs.repeat, args.rerun)
         return 0
-    return execute(study, jobs, args.rerun, dataclasses.asdict(inputs), typed_command("bench"))
+    return execute(study, jobs, args.rerun, dataclasses.asdict(inputs), typed_command("bench"),
+                   args.quiet_machine)

@@ -3,8 +3,10 @@
 Weak and strong scaling of a small ResNet on the bundled digits data over 1, 2, 4, ... and all CPU
 cores, with a contention baseline (same processes, no gradient exchange) for every N > 1 and a
 target accuracy, so that the summary shows speedup, efficiency, sync cost and time-to-accuracy.
-It is an ordinary bench study (``studies/demo``): a second ``parascale demo`` re-uses the runs
-already recorded.
+It is an ordinary bench study (``studies/demo``; ``--quick`` has its own, ``studies/demo-quick``,
+so the two never mix): a second ``parascale demo`` re-uses the runs already recorded. The weak and
+strong studies run as one plan, in rounds across both (every configuration once, then again), so
+that drift on a shared machine hits them alike.
 """
 from __future__ import annotations
 
@@ -40,23 +42,32 @@ baseline: same processes, gradients never exchanged), 5 epochs with a 90% accura
 every configuration twice (medians, with the spread). About 80 s on 2 quiet cores. Ends with the summary table (speedup, efficiency, sync cost,
 time-to-accuracy) and the path of the HTML report.
 
-The demo is an ordinary 'parascale bench' study folder: running it again re-uses the recorded
-runs (--rerun always measures again).
+The demo is an ordinary 'parascale bench' study folder (studies/demo, or studies/demo-quick for
+--quick): running it again re-uses the recorded runs (--rerun always measures again).
 """
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from parascale.cli.bench_cmd import add_quiet_option
+
     parser = subparsers.add_parser(
         "demo", help="run a built-in weak and strong scaling study on this machine (1-2 min)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="studies/demo", metavar="STUDY",
-                        help="study folder (default: studies/demo)")
+    parser.add_argument("--out", default=None, metavar="STUDY",
+                        help="study folder (default: studies/demo, or studies/demo-quick with "
+                        "--quick: the two plans differ and must not share a folder)")
     parser.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
                         help="which recorded runs to run again (default: never, i.e. re-use)")
     parser.add_argument("--quick", action="store_true",
                         help="a much smaller version (8x8 digits, 2 epochs, no baselines): ~30 s")
+    add_quiet_option(parser)
     parser.set_defaults(func=run)
     return parser
+
+
+def default_folder(quick: bool) -> Path:
+    """studies/demo, and studies/demo-quick for --quick: two plans never share a folder."""
+    return Path("studies/demo-quick" if quick else "studies/demo")
 
 
 def demo_workers() -> str:
@@ -69,8 +80,8 @@ def demo_workers() -> str:
 
 
 def demo_jobs(quick: bool = False) -> list:
-    """The demo's jobs: the weak study, then the strong one, in one plan."""
-    from parascale.bench.study import combine, make_jobs
+    """The demo's jobs: the weak and the strong study in one plan, in rounds across both."""
+    from parascale.bench.study import combine, interleave, make_jobs
 
     fixed = QUICK if quick else FULL
     workers = demo_workers()
@@ -79,15 +90,16 @@ def demo_jobs(quick: bool = False) -> list:
                    scaling="weak", workers=workers, baseline=not quick, repeat=repeat)
     strong = combine(options={**fixed, "global_batch": STRONG_BATCH},
                      scaling="strong", workers=workers, baseline=not quick, repeat=repeat)
-    return make_jobs(weak) + make_jobs(strong)
+    return interleave(make_jobs(weak), make_jobs(strong))
 
 
 def run(args: argparse.Namespace) -> int:
-    from parascale.cli.bench_cmd import echo, execute, typed_command
+    from parascale.cli.bench_cmd import check_quiet, echo, execute, typed_command
     from parascale.config import available_cores
 
+    check_quiet(args.quiet_machine)
     jobs = demo_jobs(args.quick)
-    study = Path(args.out)
+    study = Path(args.out) if args.out else default_folder(args.quick)
     workers = sorted({job.world_size for job in jobs})
     fixed = QUICK if args.quick else FULL
     size = f"{fixed['image_size']}x{fixed['image_size']}" if fixed.get("image_size") else "8x8"
@@ -97,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
          f"{len(jobs)} runs into {study}")
     began = time.monotonic()
     code = execute(study, jobs, args.rerun, {"demo": "quick" if args.quick else "full"},
-                   typed_command("demo"))
+                   typed_command("demo"), args.quiet_machine)
     echo(f"demo done in {time.monotonic() - began:.0f} s")
     return code

@@ -3,6 +3,7 @@
 Public API:
 
 - :func:`load_records` reads STUDY folders or record files into records plus problems;
+  :func:`load_studies` does too, and sets apart the runs a study folder's plan.json does not list;
 - :func:`summary_rows` turns records into table rows (pure; see :mod:`.tables` for every formula);
 - :func:`format_terminal` prints them;
 - :func:`write_report` writes report.html, summary.csv, summary.md and the plots (PNG and SVG),
@@ -15,12 +16,15 @@ from pathlib import Path
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale.report.html import render_html
+from parascale.report.inplan import keep_planned, outside_lines
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
 from parascale.report.plots import Plot, make_plots, write_plots
-from parascale.report.tables import Row, format_csv, format_markdown, format_terminal, summary_rows
+from parascale.report.tables import (Row, busy_sentence, format_csv, format_markdown,
+                                     format_terminal, sentences, summary_rows, wrap)
 
 __all__ = ["Loaded", "Problem", "Row", "RunRecord", "Plot", "default_out_dir", "format_terminal",
-           "load_records", "summary_rows", "write_report", "write_loaded"]
+           "load_records", "load_studies", "summary_rows", "write_report", "write_loaded",
+           "terminal_summary"]
 
 
 def default_out_dir(study: Path) -> Path:
@@ -36,8 +40,25 @@ def write_report(study_paths: list[Path], out_dir: Path | None = None) -> Path:
     """
     if not study_paths:
         raise UsageError("report: give at least one STUDY folder or record.json file")
-    loaded = load_records(study_paths)
+    loaded = load_studies(study_paths)
     return write_loaded(loaded, Path(out_dir) if out_dir else default_out_dir(study_paths[0]))
+
+
+def load_studies(paths: list[Path] | list[str]) -> Loaded:
+    """:func:`load_records`, then each study folder's runs outside its plan set apart."""
+    return keep_planned(load_records(paths))
+
+
+def terminal_summary(loaded: Loaded) -> str:
+    """What bench and report print: the tables (with runs on a busy machine, unfinished runs and
+    runs not in the plan), then one sentence per series on how it scaled, 120 columns wide."""
+    rows = summary_rows(loaded.records)
+    text = format_terminal(rows, loaded.unfinished, loaded.problems, outside_lines(loaded))
+    warning = busy_sentence(rows)  # already at the head of the busy-machine block
+    said = [s for s in sentences(rows, loaded.unfinished) if s != warning]
+    if not said:
+        return text
+    return text + "\n\n" + "\n".join(line for s in said for line in wrap(s))
 
 
 def write_loaded(loaded: Loaded, out_dir: Path) -> Path:
@@ -50,7 +71,8 @@ def write_loaded(loaded: Loaded, out_dir: Path) -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "summary.csv", format_csv(rows, unfinished, problems))
-        atomic_write_text(out_dir / "summary.md", format_markdown(rows, unfinished, problems))
+        atomic_write_text(out_dir / "summary.md", format_markdown(rows, unfinished, problems,
+                                                                   outside_lines(loaded)))
         write_plots(plots, out_dir)
         files = ["summary.csv", "summary.md"] + [f"{p.name}.{ext}" for p in plots for ext in ("png", "svg")]
         return atomic_write_text(out_dir / "report.html", render_html(loaded, rows, plots, files))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from parascale.report import default_out_dir, format_terminal, load_records, summary_rows, write_loaded
+from parascale.report import default_out_dir, load_studies, terminal_summary, write_loaded
 
 DESCRIPTION = """\
 Read the run records of one or more studies (never re-running anything) and write report.html
@@ -13,7 +13,8 @@ Read the run records of one or more studies (never re-running anything) and writ
 STUDY is a study folder (runs/<config>/record.json), a 'parascale train --out' folder
 (record.json), a folder of such folders, or a record.json file. Several STUDY arguments are
 overlaid as separate series. Failed, out-of-memory, skipped and unreadable runs are listed with
-their reasons. Speedup S = N_ref*X_N/X_ref (X = global samples/s, reference = 1 worker or the
+their reasons; a study folder's runs that its plan.json does not list (an earlier plan's) are
+listed as such and left out of the tables. Speedup S = N_ref*X_N/X_ref (X = global samples/s, reference = 1 worker or the
 smallest N), efficiency E = S/N, never capped at 100%.
 """
 
@@ -33,10 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Load first (bad input raises UsageError with nothing written), then write and print."""
-    loaded = load_records(args.studies)
+    loaded = load_studies(args.studies)
     out_dir = args.out or default_out_dir(args.studies[0])
     html = write_loaded(loaded, out_dir)
-    print(format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems))
+    print(terminal_summary(loaded))
     print()
     print(f"report: {html}")
     return 0

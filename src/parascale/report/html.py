@@ -15,9 +15,11 @@ from html import escape
 from typing import Any, Iterable
 
 import parascale
+from parascale.report.inplan import outside_lines
 from parascale.report.load import Loaded, RunRecord
 from parascale.report.plots import Plot
-from parascale.report.tables import HEADERS, Row, cells, group_title, grouped, reference_note, sentences
+from parascale.report.tables import (OUTSIDE, Row, busy_lines, busy_sentence, group_title, grouped,
+                                     reference_note, sentences, table)
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;
@@ -26,7 +28,10 @@ h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
 th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right;vertical-align:top}
 th{background:#f4f4f4}table.results td{white-space:nowrap}td.text,th.text{text-align:left;white-space:normal}
-.wide{overflow-x:auto}
+table.results{font-size:.82em}table.results th{white-space:normal;min-width:3.2em}
+table.results th,table.results td{padding:.25em .4em}
+table.results small{display:block;color:#666;font-size:.85em;white-space:normal}
+.wide{overflow-x:auto}.warn{background:#fff4e5;border-left:4px solid #d97706;padding:.3em 1em}
 .note{color:#555;font-size:.9em;margin:.2em 0}.bad{color:#a40000}
 figure{margin:1em 0 2em}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{color:#555;font-size:.9em}
@@ -44,13 +49,34 @@ DEFINITIONS = [
     ("efficiency E", "S / N. Weak scaling (per-device batch fixed): E = t1/tN; strong scaling "
                      "(global batch fixed): E = t1/(N·tN), t = time per step. Not capped at "
                      "100%: super-linear results are shown as measured"),
+    ("baseline samples/s", "throughput of the contention baseline: the same N processes, "
+                           "gradients never exchanged"),
+    ("lost: sharing / lost: exchange", "where the efficiency lost (1 − E) went, in points of "
+     "efficiency: ideal → baseline → measured. Sharing = 1 − X_b/(N·X_1), what N processes "
+     "sharing the machine cost without exchanging anything; exchange = (X_b − X_s)/(N·X_1), what "
+     "gradient exchange costs on top. The two add up to 1 − E"),
     ("sync cost", "1 − X_sync / X_baseline, where the baseline ran the same processes without "
-                  "exchanging gradients; in brackets the extra median time per step"),
+                  "exchanging gradients; then the extra median time per step"),
     ("step p50 / p95", "median and 95th percentile of per-step time over every rank"),
     ("test acc", "test accuracy after the last epoch"),
-    ("time to acc", "training time until the target test accuracy was first reached, and at "
-                    "which epoch; 'not reached' when it never was, '—' when no target was set"),
-    ("runs", "repeats behind the figures: medians shown, min–max in brackets"),
+    ("time to T%", "training time until the target test accuracy T was first reached, and at "
+                   "which epoch; 'not reached' when it never was; the column is left out when no "
+                   "target was set"),
+    ("runs", "repeats behind the figures: medians shown, min–max below them. '1 (4 ep)': a single "
+             "run, whose spread is the min–max of its 4 steady epochs (it shows how much the run "
+             "wandered; only repeats show how much runs differ)"),
+    ("intervals", "speedup, efficiency, sync cost and the lost shares get the conservative "
+                  "interval: the formula evaluated at the extremes of its inputs' ranges (for a "
+                  "ratio of medians, lowest/highest to highest/lowest), resting on the n shown "
+                  "in 'runs' for each row involved. No distribution is assumed"),
+    ("~ (within noise)", "the interval includes no change (speedup 1× the reference, efficiency "
+                         "100%, a cost of 0): the difference is not measurable here and is never "
+                         "stated as a result"),
+    ("ref", "the reference row of a study without a 1-worker run: its own speedup would only "
+            "restate the assumption that it scaled perfectly, so none is shown"),
+    ("busy machine", "a run during which other programs used at least a tenth of the cores "
+                     "(at least a quarter of one), measured from the kernel's CPU counters "
+                     "(the record's machine block)"),
 ]
 
 
@@ -66,11 +92,11 @@ def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
         f"<h1>Scaling report: {escape(studies)}</h1>",
         f'<p class="note">Made by parascale {escape(parascale.__version__)} on {now} from '
         f"{len(loaded.records)} run records ({len(loaded.ok)} finished); nothing was re-run.</p>",
-        "<h2>Summary</h2>", _sentences(rows, loaded.unfinished),
+        "<h2>Summary</h2>", _busy(rows), _sentences(rows, loaded.unfinished),
         "<h2>What was run</h2>", _configurations(loaded), "<h3>Environment</h3>", _environment(loaded),
         "<h2>Results</h2>", _tables(rows), "<h3>How to read the tables</h3>", _definitions(),
         "<h2>Plots</h2>", _plots(plots),
-        "<h2>Not finished or unreadable</h2>", _issues(loaded),
+        "<h2>Not finished or unreadable</h2>", _issues(loaded), _outside(loaded),
     ]
     if files:
         links = ", ".join(f'<a href="{escape(f)}">{escape(f)}</a>' for f in files)
@@ -79,8 +105,19 @@ def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
     return "\n".join(parts)
 
 
+def _busy(rows: list[Row]) -> str:
+    """Which runs ran on a busy machine, how much other load, the biggest other process."""
+    lines = busy_lines(rows)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{escape(line)}</li>" for line in lines)
+    return (f'<div class="warn"><p>{escape(busy_sentence(rows))}</p>'
+            f"<ul>{items}</ul></div>")
+
+
 def _sentences(rows: list[Row], unfinished: list[RunRecord]) -> str:
-    items = sentences(rows, unfinished)
+    warning = busy_sentence(rows)  # shown above, with its list of runs
+    items = [s for s in sentences(rows, unfinished) if s != warning]
     if not items:
         return "<p>No run finished, so there is nothing to compare.</p>"
     return "<ul>" + "".join(f"<li>{escape(s)}</li>" for s in items) + "</ul>"
@@ -90,14 +127,18 @@ def _table(headers: list[str], body: list[list[Any]], text_columns: int = 0, cls
     """An HTML table; the first ``text_columns`` columns are left-aligned words, the rest numbers."""
     def cell(tag: str, i: int, value: Any) -> str:
         cls = ' class="text"' if i < text_columns else ""
-        return f"<{tag}{cls}>{escape(str(value))}</{tag}>"
+        return f"<{tag}{cls}>{escape(str(value)).replace(chr(10), '<br>')}</{tag}>"
     head = "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(headers)) + "</tr>"
     lines = ["<tr>" + "".join(cell("td", i, v) for i, v in enumerate(line)) + "</tr>" for line in body]
     return f'<div class="wide"><table class="{cls}">' + head + "".join(lines) + "</table></div>"
 
 
 def _configurations(loaded: Loaded) -> str:
-    """One line per series and status: what a reader needs to reproduce or question the study."""
+    """One line per series and status: what a reader needs to reproduce or question the study.
+
+    Each worker count is paired with its batches ('2: 16 × 2 = 32'), since under weak and strong
+    scaling they change together; image size and threads per worker say what one "device" was.
+    """
     seen: dict[tuple, list[RunRecord]] = defaultdict(list)
     for r in loaded.records:
         seen[(r.study, r.model, r.dataset, r.scaling or "—", r.sync, r.baseline)].append(r)
@@ -107,20 +148,46 @@ def _configurations(loaded: Loaded) -> str:
         for r in records:
             statuses[r.status] += 1
         body.append([study, model + (" (baseline: no gradient exchange)" if baseline else ""),
-                     dataset, scaling, sync, _distinct(r.workers for r in records),
-                     _distinct(r.get("derived", "per_device_batch") for r in records),
-                     _distinct(r.get("derived", "global_batch") for r in records),
+                     dataset, scaling, sync, _batches(records),
+                     _distinct(r.get("config", "image_size", default="as stored")
+                               for r in records),
+                     _distinct(r.get("derived", "threads_per_worker",
+                                     default=r.get("config", "threads")) for r in records),
                      _distinct(r.get("config", "epochs") for r in records),
                      _distinct(r.get("config", "lr") for r in records),
+                     _distinct(_percent(r.get("config", "target_accuracy")) for r in records),
                      # what ran (the environment), not what was asked for ("auto")
                      " · ".join(_distinct(r.get("environment", env, default=r.get("config", k))
                                           for r in records)
                                 for k, env in (("device", "device_type"), ("backend", "backend"),
                                                ("precision", "precision"))),
                      ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))])
-    headers = ["study", "model", "dataset", "scaling", "sync", "workers N", "per-device batch",
-               "global batch", "epochs", "lr", "device · backend · precision", "runs"]
-    return _table(headers, body, text_columns=5)
+    headers = ["study", "model", "dataset", "scaling", "sync",
+               "workers N: per-device batch × N = global batch", "image size (px)",
+               "threads per worker", "epochs", "lr", "target accuracy",
+               "device · backend · precision", "runs"]
+    return _table(headers, body, text_columns=6)
+
+
+def _batches(records: list[RunRecord]) -> str:
+    """'1: 16 × 1 = 16', '2: 16 × 2 = 32', one line each: each worker count with its batches."""
+    pairs: dict[int, set[str]] = defaultdict(set)
+    for r in records:
+        n = r.workers
+        if n is None:
+            continue
+        per = r.get("derived", "per_device_batch", default=r.get("config", "batch_size"))
+        total = r.get("derived", "global_batch", default=r.get("config", "global_batch"))
+        accumulate = r.get("config", "accumulate", default=1)
+        times = f" × {n}" + (f" × {accumulate} accumulated" if accumulate not in (1, None) else "")
+        pairs[n].add(f"{per if per is not None else '?'}{times} = "
+                     f"{total if total is not None else '?'}".replace(" ", "\u00a0"))
+    return "\n".join(f"{n}: {' or '.join(sorted(pairs[n]))}" for n in sorted(pairs)) or "—"
+
+
+def _percent(value: Any) -> str | None:
+    return f"{value:.0%}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
 
 
 def _environment(loaded: Loaded) -> str:
@@ -153,8 +220,21 @@ def _tables(rows: list[Row]) -> str:
     for key, group in groups.items():
         parts.append(f"<h3>{escape(group_title(key, group, groups))}</h3>")
         parts.append(f'<p class="note">{escape(reference_note(group))}</p>')
-        parts.append(_table(HEADERS, [cells(r) for r in group], cls="results"))
+        headers, body = table(group)
+        parts.append(_results(headers, body))
     return "\n".join(parts)
+
+
+def _results(headers: list[str], body: list[list[str]]) -> str:
+    """A results table whose ranges '(a–b)' go on a small second line, so that it fits the page."""
+    def cell(text: str) -> str:
+        main, sep, rest = text.partition(" (")
+        if not sep:
+            return escape(text)
+        return f"{escape(main)}<small>({escape(rest)}</small>"
+    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers) + "</tr>"
+    lines = ["<tr>" + "".join(f"<td>{cell(c)}</td>" for c in line) + "</tr>" for line in body]
+    return '<div class="wide"><table class="results">' + head + "".join(lines) + "</table></div>"
 
 
 def _definitions() -> str:
@@ -174,6 +254,13 @@ def _plots(plots: list[Plot]) -> str:
             f"{escape(plot.caption)} Files: {escape(plot.name)}.png, {escape(plot.name)}.svg."
             "</figcaption></figure>")
     return "\n".join(parts)
+
+
+def _outside(loaded: Loaded) -> str:
+    if not loaded.outside:
+        return ""
+    items = "".join(f"<li>{escape(line)}</li>" for line in outside_lines(loaded))
+    return f"<h2>Not in this study's plan</h2><p class=\"note\">{escape(OUTSIDE)}.</p><ul>{items}</ul>"
 
 
 def _issues(loaded: Loaded) -> str:

@@ -122,6 +122,7 @@ class Loaded:
     records: list[RunRecord] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
+    outside: list[RunRecord | Problem] = field(default_factory=list)  # not in their plan.json
 
     @property
     def ok(self) -> list[RunRecord]:

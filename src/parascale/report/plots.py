@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from parascale.files import atomic_write_bytes
-from parascale.report.tables import GroupKey, Row, grouped
+from parascale.report.tables import GroupKey, Range, Row, grouped, loss_text
 
 STYLE = {
     "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
@@ -50,14 +50,16 @@ def make_plots(rows: list[Row]) -> list[Plot]:
     groups = grouped(rows)
     labels = series_labels(list(groups))
     colors = {key: COLORS[i % len(COLORS)] for i, key in enumerate(groups)}
-    builders = [_epoch_time, _throughput, _speedup, _efficiency, _accuracy, _step_time, _comparison]
+    builders = [_epoch_time, _throughput, _speedup, _efficiency, _lost_efficiency, _accuracy,
+                _step_time, _comparison]
     plots = []
     with matplotlib.rc_context(STYLE):
         for build in builders:
             made = build(groups, labels, colors)
-            if made is not None:
-                fig, name, title, caption = made
-                plots.append(Plot(name, title, caption, *_render(fig)))
+            for fig, name, title, caption in made if isinstance(made, list) else \
+                    [made] if made is not None else []:
+                if fig is not None:
+                    plots.append(Plot(name, title, caption, *_render(fig)))
     return plots
 
 
@@ -156,6 +158,13 @@ def _throughput(groups, labels, colors):
         ref = rows[0]
         ax.plot(ns, [ref.reference_throughput * n / ref.reference_workers for n in ns],
                 linestyle="--", color=colors[key], alpha=0.5)
+        based = [r for r in rows if r.baseline_throughput is not None]
+        if based:
+            ax.errorbar([r.workers for r in based], [r.baseline_throughput for r in based],
+                        yerr=_yerr([r.baseline_throughput for r in based],
+                                   [_spread_range(r.baseline_spread) for r in based]),
+                        marker="s", linestyle=":", capsize=3, color=colors[key], alpha=0.8,
+                        label=f"{labels[key]}: baseline (no gradient exchange)")
     ax.plot([], [], linestyle="--", color="grey", label="ideal: X_ref · N / N_ref")
     _worker_axis(ax, _all_ns(groups))
     ax.set_ylim(bottom=0)
@@ -164,7 +173,9 @@ def _throughput(groups, labels, colors):
     ax.legend()
     return (fig, "throughput", "Throughput",
             "Training samples per second over all workers (total samples / slowest worker's "
-            "time), warm-up excluded. Dashed: perfect linear scaling from the reference run.")
+            "time), warm-up excluded; error bars span the repeats (or one run's steady epochs). "
+            "Dashed: perfect linear scaling from the reference run. Dotted squares: the contention "
+            "baseline, the same processes without gradient exchange.")
 
 
 def _speedup(groups, labels, colors):
@@ -173,8 +184,10 @@ def _speedup(groups, labels, colors):
     ns = sorted(set(_all_ns(groups)))
     ax.plot(ns, ns, linestyle="--", color="black", alpha=0.6, label="ideal: S = N")
     for key, rows in groups.items():
-        ax.plot([r.workers for r in rows], [r.speedup for r in rows], marker="o",
-                color=colors[key], label=labels[key])
+        shown = [r for r in rows if r.speedup is not None]
+        ax.errorbar([r.workers for r in shown], [r.speedup for r in shown],
+                    yerr=_yerr([r.speedup for r in shown], [r.speedup_range for r in shown]),
+                    marker="o", capsize=3, color=colors[key], label=labels[key])
     _worker_axis(ax, ns)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("speedup S (× reference throughput)")
@@ -182,7 +195,8 @@ def _speedup(groups, labels, colors):
     ax.legend()
     return (fig, "speedup", "Speedup",
             "S = N_ref · X_N / X_ref (X = global throughput). On the dashed line every added "
-            "worker adds a full worker's throughput; above it is super-linear.")
+            "worker adds a full worker's throughput; above it is super-linear. Error bars: the "
+            "conservative interval from the throughput ranges; a bar crossing S = N_ref is noise.")
 
 
 def _efficiency(groups, labels, colors):
@@ -191,9 +205,13 @@ def _efficiency(groups, labels, colors):
     ax.axhline(100, linestyle="--", color="black", alpha=0.6, label="ideal: 100 %")
     top = 100.0
     for key, rows in groups.items():
-        e = [100 * r.efficiency for r in rows]
-        top = max(top, *e)
-        ax.plot([r.workers for r in rows], e, marker="o", color=colors[key], label=labels[key])
+        shown = [r for r in rows if r.efficiency is not None]
+        e = [100 * r.efficiency for r in shown]
+        ranges = [None if r.efficiency_range is None else
+                  (100 * r.efficiency_range[0], 100 * r.efficiency_range[1]) for r in shown]
+        top = max([top, *e, *(hi for _, hi in filter(None, ranges))])
+        ax.errorbar([r.workers for r in shown], e, yerr=_yerr(e, ranges), marker="o", capsize=3,
+                    color=colors[key], label=labels[key])
     _worker_axis(ax, _all_ns(groups))
     ax.set_ylim(0, top * 1.1)  # not capped: super-linear points stay visible above 100 %
     ax.set_ylabel("parallel efficiency E = S / N (%)")
@@ -201,7 +219,8 @@ def _efficiency(groups, labels, colors):
     ax.legend()
     return (fig, "efficiency", "Efficiency",
             "E = S/N: the share of each worker's capacity that turns into extra throughput. "
-            "Weak scaling: E = t1/tN; strong scaling: E = t1/(N·tN), t = time per step.")
+            "Weak scaling: E = t1/tN; strong scaling: E = t1/(N·tN), t = time per step. Error "
+            "bars: the conservative interval from the throughput ranges.")
 
 
 def _accuracy(groups, labels, colors):
@@ -221,6 +240,11 @@ def _accuracy(groups, labels, colors):
             acc = [100 * e["test_accuracy"] for e in points]
             by_epoch.plot([e.get("epoch") for e in points], acc, marker=".", color=color, label=label)
             by_time.plot([e.get("elapsed_s") for e in points], acc, marker=".", color=color, label=label)
+        target = _target(groups[key])
+        if target is not None:
+            for ax in (by_epoch, by_time):
+                ax.axhline(100 * target, linestyle="--", color="black", alpha=0.6,
+                           label=f"target {target:.0%}")
         by_epoch.set_title(f"{labels[key]}: by epoch", fontsize=10)
         by_time.set_title(f"{labels[key]}: by training time", fontsize=10)
         by_epoch.set_xlabel("epoch")
@@ -232,7 +256,8 @@ def _accuracy(groups, labels, colors):
     fig.suptitle("Test accuracy per configuration (statistical efficiency)")
     return (fig, "accuracy", "Test accuracy by epoch and by time",
             "Left: accuracy reached per epoch (larger global batches often need more epochs). "
-            "Right: the same against wall-clock training time, which is what scaling buys.")
+            "Right: the same against wall-clock training time, which is what scaling buys. "
+            "Dashed: the target accuracy of time-to-accuracy, where one was set.")
 
 
 def _step_time(groups, labels, colors):
@@ -277,9 +302,18 @@ def _median_of(row: Row, stat: str) -> float | None:
 
 
 def _comparison(groups, labels, colors):
-    """The BSC-style figure: series side by side per N, epoch time and efficiency."""
-    if len(groups) < 2:
-        return None
+    """The BSC-style figure: series side by side per N, epoch time and efficiency; like with like
+    only (one figure per scaling mode with two or more series: weak with weak)."""
+    by_mode: dict[str | None, dict[GroupKey, list[Row]]] = {}
+    for key, rows in groups.items():
+        by_mode.setdefault(rows[0].mode, {})[key] = rows
+    compared = {mode: series for mode, series in by_mode.items() if len(series) >= 2}
+    return [_compare(series, labels, colors, mode, "comparison" if len(compared) == 1
+                     else f"comparison_{mode or 'unknown'}")
+            for mode, series in compared.items()]
+
+
+def _compare(groups, labels, colors, mode, name):
     ns = sorted(set(_all_ns(groups)))
     fig, axes = _figure(10.0, 4.4, nrows=1, ncols=2)
     by_time, by_eff = axes[0]
@@ -289,8 +323,12 @@ def _comparison(groups, labels, colors):
         bars = by_time.bar(pos, [r.epoch_time_s for r in rows], width, color=colors[key],
                            label=labels[key])
         by_time.bar_label(bars, fmt="%.3g", fontsize=7)
-        bars = by_eff.bar(pos, [100 * r.efficiency for r in rows], width, color=colors[key],
-                          label=labels[key])
+        shown = [(p, r) for p, r in zip(pos, rows) if r.efficiency is not None]
+        e = [100 * r.efficiency for _, r in shown]
+        ranges = [None if r.efficiency_range is None else
+                  (100 * r.efficiency_range[0], 100 * r.efficiency_range[1]) for _, r in shown]
+        bars = by_eff.bar([p for p, _ in shown], e, width, color=colors[key], label=labels[key],
+                          yerr=_yerr(e, ranges), capsize=2)
         by_eff.bar_label(bars, fmt="%.0f", fontsize=7)
     by_eff.axhline(100, linestyle="--", color="black", alpha=0.6)
     for ax in (by_time, by_eff):
@@ -303,7 +341,68 @@ def _comparison(groups, labels, colors):
     by_time.set_title("Epoch time")
     by_eff.set_ylabel("parallel efficiency (%)")
     by_eff.set_title("Efficiency, " + _reference_label(groups), fontsize=9)
-    fig.suptitle("Comparison of the series")
-    return (fig, "comparison", "Comparison",
-            "Each series side by side at every worker count, as in the BSC ResNet50 vs ResNet152 "
-            "figure: the series whose efficiency stays higher scales better.")
+    what = f"{mode} scaling" if mode else "scaling mode not recorded"
+    fig.suptitle(f"Comparison of the series ({what})")
+    return (fig, name, f"Comparison ({what})",
+            f"The {what} series side by side at every worker count, as in the BSC ResNet50 vs "
+            "ResNet152 figure: the series whose efficiency stays higher scales better. Only "
+            "series of one scaling mode are compared.")
+
+
+def _lost_efficiency(groups, labels, colors):
+    """Ideal -> contention baseline -> measured, for every series with baselines."""
+    split = {key: [r for r in rows if r.contention_loss is not None]
+             for key, rows in groups.items()}
+    split = {key: rows for key, rows in split.items() if rows}
+    if not split:
+        return None
+    fig, axes = _figure(7.0, 3.4 * len(split) + 0.6, nrows=len(split), ncols=1)
+    for (key, rows), (ax,) in zip(split.items(), axes):
+        pos = list(range(len(rows)))
+        base = [100 * (1 - r.contention_loss) for r in rows]
+        base_ranges = [None if r.contention_range is None else
+                       (100 * (1 - r.contention_range[1]), 100 * (1 - r.contention_range[0]))
+                       for r in rows]
+        measured = [100 * r.efficiency for r in rows]
+        ranges = [None if r.efficiency_range is None else
+                  (100 * r.efficiency_range[0], 100 * r.efficiency_range[1]) for r in rows]
+        ax.bar([p - 0.2 for p in pos], base, 0.4, yerr=_yerr(base, base_ranges), capsize=3,
+               color=colors[key], alpha=0.4, label="contention baseline (no exchange)")
+        ax.bar([p + 0.2 for p in pos], measured, 0.4, yerr=_yerr(measured, ranges), capsize=3,
+               color=colors[key], label="measured (with gradient exchange)")
+        for p, r, b in zip(pos, rows, base):
+            ax.annotate(f"sharing {loss_text(r.contention_loss, r.contention_range)}\n"
+                        f"exchange {loss_text(r.exchange_loss, r.exchange_range)}",
+                        (p, max(b, 100 * r.efficiency) + 4), ha="center", fontsize=7)
+        ax.axhline(100, linestyle="--", color="black", alpha=0.6, label="ideal: 100 %")
+        ax.set_xticks(pos, labels=[str(r.workers) for r in rows])
+        ax.set_xlim(-0.7, len(rows) - 0.3)  # a single N would otherwise fill the axes
+        ax.set_xlabel("workers N")
+        ax.set_ylabel("efficiency (%)")
+        ax.set_ylim(0, max(125.0, *[b + 25 for b in base]))
+        ax.set_title(labels[key], fontsize=10)
+        ax.legend(loc="lower left", fontsize=7)
+    fig.suptitle("Where efficiency is lost: ideal → contention baseline → measured", fontsize=10)
+    return (fig, "lost_efficiency", "Where efficiency is lost",
+            "Ideal (100 %), the contention baseline's efficiency X_b/(N·X_1) (the same processes "
+            "sharing the machine, no gradient exchange) and the measured efficiency X_s/(N·X_1). "
+            "The first gap is the cost of N processes sharing the machine, the second the cost of "
+            "gradient exchange, in points of efficiency; error bars are the conservative "
+            "intervals, and a gap inside them is noise (marked ~).")
+
+
+def _yerr(values: list[float], ranges: list[Range | None]):
+    """Error bar lengths below and above each value; 0 where the spread is unknown."""
+    low = [0.0 if r is None else max(0.0, v - r[0]) for v, r in zip(values, ranges)]
+    high = [0.0 if r is None else max(0.0, r[1] - v) for v, r in zip(values, ranges)]
+    return [low, high]
+
+
+def _spread_range(spread) -> Range | None:
+    return None if spread is None else (spread.low, spread.high)
+
+
+def _target(rows: list[Row]) -> float | None:
+    """The series' target accuracy, when its runs share one."""
+    targets = {r.tta_target for r in rows if r.tta_target is not None}
+    return next(iter(targets)) if len(targets) == 1 else None
