@@ -21,7 +21,7 @@ from parascale.runtime import machine
 from parascale.runtime.machine import CpuCounters
 
 METHOD = ("machine-wide CPU time (psutil.cpu_times: busy and steal) read by local rank 0 of "
-          "each host at the first step and after the last epoch, minus the CPU time of the "
+          "each host at the first step and after the last evaluation, minus the CPU time of the "
           "job's own processes (every rank, their children, the launcher); other_cores and "
           "steal_cores are CPU-seconds per second of that window, the maximum over hosts")
 NO_COUNTERS = (math.nan,) * 3
@@ -92,14 +92,17 @@ def epoch_load(readings: list[list[float]]) -> tuple[float, float]:
     return other, steal
 
 
-def machine_section(ends: list[dict]) -> dict:
-    """The record's ``machine`` section from every rank's ``end_window`` (docs/record.md)."""
+def machine_section(ends: list[dict]) -> dict | None:
+    """The record's ``machine`` section from every rank's ``end_window`` (docs/record.md);
+    None if no host had a local rank 0 to read its counters."""
     by_host: dict[str, list[dict]] = defaultdict(list)
     for end in ends:
         by_host[end["host"]].append(end)
     hosts = []
     for host, ranks in by_host.items():
-        reader = next(r for r in ranks if "a" in r)
+        reader = next((r for r in ranks if "a" in r), None)
+        if reader is None:
+            continue
         load = machine.load(reader["a"], reader["b"], sum(r["own_s"] for r in ranks))
         job = {pid for r in ranks for pid in r["pids"]}
         others = [p for p in reader["used"] if p["pid"] not in job][:machine.TOP_OTHERS]
@@ -109,6 +112,8 @@ def machine_section(ends: list[dict]) -> dict:
                       "busy": machine.is_busy(load["other_cores"], load["steal_cores"],
                                               reader["cores"]),
                       "load_avg_1m": reader["load_avg_1m"], "top_others": others})
+    if not hosts:
+        return None
     cores = max(h["cores"] for h in hosts)
     return {"cores": cores, "window_s": max(h["window_s"] for h in hosts),
             "other_cores": max(h["other_cores"] for h in hosts),
