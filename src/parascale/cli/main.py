@@ -64,10 +64,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; ``argv`` None means this process's own command line (``standalone``:
+    a subcommand may then leave with ``os._exit`` once its output is out)."""
+    standalone = argv is None
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
+        args.standalone = standalone
         if not getattr(args, "func", None):
             parser.print_help()
             return 2

@@ -130,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     warning = busy_warning(record.get("machine"))
     if warning:
         print(warning, file=sys.stderr)
-    if joined:  # this process exits now: skip gloo's teardown (see run_worker)
+    # leave now: under torchrun to skip gloo's teardown (see run_worker); as a command of its
+    # own because torch's teardown at interpreter exit took 2-7 s here on a busy machine, after
+    # the line that gave the command's time
+    if joined or getattr(args, "standalone", False):
         exit_now(0)
     return 0
