@@ -134,7 +134,8 @@ class TrainConfig:
     """Reserved for strategies that are not built in; the built-in ones take the options above."""
 
     target_accuracy: float | None = None
-    """Record time-to-accuracy: wall time and epochs until test accuracy first reaches this."""
+    """Record time-to-accuracy: wall time and epochs until test accuracy first reaches this
+    fraction (for example 0.9 for 90 percent)."""
     stop_at_target: bool = False
     """Stop training once target_accuracy is reached."""
     eval_every: int = 1

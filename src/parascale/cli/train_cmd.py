@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import sys
+import time
+from pathlib import Path
 
 from parascale.cli.options import add_train_options, config_from_args
 
@@ -40,31 +44,95 @@ def default_out(cfg: dict) -> str:
     return f"runs/{cfg.get('model', 'smallcnn')}-{cfg.get('dataset', 'digits')}-{stamp}"
 
 
+def process_start() -> float:
+    """When this process started, as a ``time.time()`` value. psutil's ``create_time`` adds a
+    boot time that Linux gives in whole seconds (measured 0.28 s off here); the process's age
+    on the boot-time clock is exact to a clock tick."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):  # not Linux
+        import psutil
+
+        return psutil.Process().create_time()
+
+
+def _speaks() -> bool:
+    """Rank 0 of a torchrun/srun world, or a local launch (read from the environment: the
+    runtime module would import torch, which is what takes the first seconds)."""
+    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+
+
+def done_lines(record: dict) -> list[str]:
+    """The command's wall time beside the training time, and where the steady figures are from."""
+    summary, timing = record["summary"], record.get("timing")
+    if timing:
+        took = (f"done in {timing['command_s']:.1f} s (start-up {timing['startup_s']:.1f} s, "
+                f"training {timing['training_s']:.1f} s)")
+    else:  # under torchrun/srun the launcher's start is not ours to know
+        took = f"done: training {summary['total_time_s']:.1f} s"
+    accuracy = summary["final_test_accuracy"]
+    lines = [f"{took}: steady epoch {summary['steady_epoch_time_s']:.3f} s, "
+             f"{summary['steady_throughput']:,.0f} samples/s"
+             + (f", test accuracy {accuracy:.2%}" if accuracy is not None else "")]
+    how = "" if summary["steady_epoch_time_method"] == "epochs" else \
+        (f"; no full epoch after the warm-up, so the epoch time is the mean step time x "
+         f"{record['derived']['steps_per_epoch']} steps")
+    lines.append(f"  steady figures from {summary['steady_source']}{how}")
+    return lines
+
+
+def busy_warning(machine: dict | None) -> str | None:
+    """One line when other programs competed for the CPUs while the run trained."""
+    if not machine or not machine["busy"]:
+        return None
+    host = max(machine["hosts"], key=lambda h: h["other_cores"] + h["steal_cores"])
+    where = f" on {host['host']}" if len(machine["hosts"]) > 1 else ""
+    load = f"other processes used {host['other_cores']:.2f} of {host['cores']} cores"
+    if host["steal_cores"] >= 0.01:
+        load += f" and the hypervisor took {host['steal_cores']:.2f}"
+    top = host["top_others"]
+    if top:
+        command = " ".join(top[0]["command"].split())[:60]  # one line, whatever argv held
+        biggest = f"; the biggest: pid {top[0]['pid']}, {top[0]['cores']:.2f} cores ({command})"
+    else:  # the load came from processes that did not last the whole window
+        biggest = "; no single process stood out"
+    return (f"parascale: warning: the CPUs were busy while this run trained{where}: {load} "
+            f"on average{biggest}; its times are slower than a quiet machine's")
+
+
 def run(args: argparse.Namespace) -> int:
-    from parascale.errors import WorkerFailure
-    from parascale.training import train
-
-    from parascale.runtime import external_launcher
-    from parascale.runtime.failure import exit_now
-
+    command_start = process_start()
     cfg = config_from_args(args)
     cfg.setdefault("out", default_out(cfg))
+    if _speaks():  # before torch is imported: that alone takes seconds
+        print("parascale: checking the configuration and data...", flush=True)
+
+    from parascale.errors import WorkerFailure
+    from parascale.runtime import external_launcher
+    from parascale.runtime.failure import exit_now
+    from parascale.training import train
+
     joined = external_launcher() is not None
-    record = train(cfg, teardown=not joined)
+    record = train(cfg, teardown=not joined, command_start=command_start)
     if not record:  # a non-zero rank under torchrun/srun: rank 0 reports
         exit_now(0)
     if record["status"] != "ok":
         raise WorkerFailure(f"{record['reason']} (record: {cfg['out']}/record.json)")
-    summary = record["summary"]
     tta = record.get("time_to_accuracy")
-    print(f"done in {summary['total_time_s']:.1f} s: steady epoch {summary['steady_epoch_time_s']:.3f} s, "
-          f"{summary['steady_throughput']:,.0f} samples/s, test accuracy "
-          f"{summary['final_test_accuracy']:.2%}")
+    print("\n".join(done_lines(record)))
     if tta:
         print(f"time to {tta['target']:.0%} accuracy: "
               + (f"{tta['elapsed_s']:.1f} s (epoch {tta['epoch']})" if tta["reached"]
                  else "not reached"))
-    print(f"record: {cfg['out']}/record.json")
-    if joined:  # this process exits now: skip gloo's teardown (see run_worker)
+    print(f"record: {cfg['out']}/record.json", flush=True)
+    warning = busy_warning(record.get("machine"))
+    if warning:
+        print(warning, file=sys.stderr)
+    # leave now: under torchrun to skip gloo's teardown (see run_worker); as a command of its
+    # own because torch's teardown at interpreter exit took 2-7 s here on a busy machine, after
+    # the line that gave the command's time
+    if joined or getattr(args, "standalone", False):
         exit_now(0)
     return 0

@@ -65,6 +65,27 @@ def own_cpu_s(pid: int | None = None) -> float:
     return total
 
 
+def cpu_s(pid: int) -> float:
+    """CPU-seconds used so far by one process alone, not its children (0 when it is gone):
+    a launcher's own share, without the workers it started."""
+    try:
+        return _cpu(psutil.Process(pid))
+    except psutil.Error:
+        return 0.0
+
+
+def family_pids() -> set[int]:
+    """This process, its parent and its live descendants. For a rank: itself, its launcher and
+    what it started (servers, loader workers), none of which is "another program"."""
+    me = psutil.Process()
+    return {me.pid, me.ppid()} | {child.pid for child in _children(me)}
+
+
+def load_avg_1m() -> float:
+    """The kernel's one-minute load average: runnable processes, a coarse second opinion."""
+    return psutil.getloadavg()[0]
+
+
 def _children(proc: psutil.Process) -> list[psutil.Process]:
     try:
         return proc.children(recursive=True)

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,17 @@ def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str
     return plan.record_section()
 
 
-def train(config: TrainConfig | dict[str, Any], teardown: bool = True) -> dict[str, Any]:
+def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
+          command_start: float | None = None) -> dict[str, Any]:
     """Train and return the run record (status ok, failed or oom; never raises for a worker).
 
     Raises :class:`UsageError` for bad input, before anything is written. Without ``out`` the
     record is returned but nothing is kept on disk. Under torchrun or srun, ``teardown=False``
     leaves the process group standing for a process that exits at once (see ``run_worker``).
+    ``command_start`` (a ``time.time()`` value) is when the command began, for the record's
+    ``timing``: ``parascale train`` passes its process's start; by default, this call.
     """
+    called = time.time()
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
     validate(cfg)
     size = world_size_for(cfg)
@@ -89,10 +94,24 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True) -> dict[s
     derived = preflight(cfg, size)
     if external_launcher():
         return run_worker(cfg, teardown) or {}
-    return _launch_local(cfg, size, derived)
+    since = ("process start", command_start) if command_start is not None \
+        else ("train() call", called)
+    return _launch_local(cfg, size, derived, since)
 
 
-def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any]) -> dict[str, Any]:
+def _timing(record: dict[str, Any], since: tuple[str, float]) -> dict[str, Any]:
+    """The command's own times around the workers' training window (docs/record.md)."""
+    timing = record["timing"]  # what rank 0 knew: its first step and training time
+    label, start = since
+    command = time.time() - start
+    startup = timing["first_step_at"] - start
+    return {"command_s": command, "startup_s": startup, "training_s": timing["training_s"],
+            "finish_s": command - startup - timing["training_s"],
+            "first_step_at": timing["first_step_at"], "since": label}
+
+
+def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any],
+                  since: tuple[str, float]) -> dict[str, Any]:
     scratch = None if cfg.out else tempfile.mkdtemp(prefix="parascale-run-")
     out = Path(cfg.out or scratch)
     resolved = dataclasses.replace(cfg, workers=size, out=str(out),
@@ -102,11 +121,16 @@ def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any]) -> dict[
         out.mkdir(parents=True, exist_ok=True)
         # a record left by an earlier run here must not pass for this one's if it is interrupted
         (out / rec.RECORD_NAME).unlink(missing_ok=True)
+        print(f"parascale: starting {size} worker{'s' if size > 1 else ''}...", flush=True)
         outcome = launch("parascale.training.worker", size,
                          {"PARASCALE_CONFIG": json.dumps(resolved.to_dict())},
                          port=cfg.port, threads=threads)
         if outcome.status == "ok":
-            return json.loads((out / rec.RECORD_NAME).read_text())
+            record = json.loads((out / rec.RECORD_NAME).read_text())
+            record["timing"] = _timing(record, since)
+            if scratch is None:
+                rec.write(out, record)
+            return record
         record = rec.failure_record(resolved.to_dict(), outcome.status, outcome.message,
                                     derived)
         if scratch is None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import io
 import socket
-from statistics import median
 
 import torch
 import torch.distributed as dist
@@ -12,7 +11,8 @@ from parascale.config import TrainConfig
 from parascale.files import atomic_write_bytes
 from parascale.runtime import World
 from parascale.training import record as rec
-from parascale.training.measure import peak_memory, step_summary
+from parascale.training.contention import machine_section
+from parascale.training.measure import peak_memory, steady_figures, step_summary
 
 
 def _device_name(device: torch.device) -> str:
@@ -20,16 +20,22 @@ def _device_name(device: torch.device) -> str:
 
 
 def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
-             steady_rows: list[list[float]], excluded: str, tta: dict | None,
-             times: dict) -> dict | None:
-    """Collective: every rank must call it. Rank 0 writes model.pt, then record.json."""
+             steady: tuple[list[list[float]], str, str], tta: dict | None, times: dict,
+             window: dict) -> dict | None:
+    """Collective: every rank must call it. Rank 0 writes model.pt, then record.json.
+
+    ``steady`` is this rank's steady step rows, what was left out of them and which steps they
+    are; ``window`` its share of the contention measurement (``CpuWatch.end_window``).
+    """
+    steady_rows, excluded, steps_source = steady
     mine = {"rows": steady_rows, "memory": peak_memory(world.device),
-            "device": _device_name(world.device), "host": socket.gethostname()}
+            "device": _device_name(world.device), "host": socket.gethostname(),
+            "window": window}
     gathered: list[dict] = [None] * world.size  # type: ignore[list-item]
     dist.all_gather_object(gathered, mine)
     if not world.is_main:
         return None
-    steady = [e for e in epochs if not e["warmup"]] or epochs
+    rows = [g["rows"] for g in gathered]
     last = epochs[-1]
     tested = [e for e in epochs if e["test_accuracy"] is not None]
     derived = {**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
@@ -43,15 +49,19 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
                                        [g["host"] for g in gathered], world.launcher,
                                        times["start"]),
         "epochs": epochs,
-        "steps": step_summary([g["rows"] for g in gathered], excluded),
+        "steps": step_summary(rows, excluded),
         "memory": {"kind": gathered[0]["memory"][0],
                    "peak_bytes_per_rank": [g["memory"][1] for g in gathered]},
         "time_to_accuracy": tta,
         "sync": strategy.measurements(),
+        "machine": machine_section([g["window"] for g in gathered]),
+        # the local launcher adds the command's own times once the workers have ended
+        "timing": {"training_s": times["total_s"], "first_step_at": times["first_step_at"]}
+        if world.launcher == "local" else None,
         "summary": {
             "setup_time_s": times["setup_s"], "total_time_s": times["total_s"],
-            "steady_epoch_time_s": median(e["wall_time_s"] for e in steady),
-            "steady_throughput": median(e["throughput"] for e in steady),
+            **steady_figures(epochs, rows, steps_source, plan.steps_per_epoch,
+                             plan.derived.global_batch),
             "warmup_included": len(epochs) == 1,
             "final_test_accuracy": tested[-1]["test_accuracy"] if tested else None,
             "final_test_loss": tested[-1]["test_loss"] if tested else None,

@@ -23,6 +23,7 @@ from parascale.runtime import World, joined, resolve_backend, resolve_device_typ
 from parascale.runtime.faults import Faults
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
+from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.evaluate import evaluate
 from parascale.training.measure import StepClock
 from parascale.training.record import now
@@ -92,6 +93,9 @@ def _build_model(cfg: TrainConfig, bundle, device: torch.device) -> nn.Module:
 
 def _train(cfg: TrainConfig, world: World) -> dict | None:
     started, t_setup = now(), time.perf_counter()
+    if world.is_main:  # start-up can take long on a busy machine: say what it is doing
+        print(f"parascale: {world.size} worker(s) joined; loading the data and building the "
+              "model...", flush=True)
     threads = cfg.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
     if threads:  # the local launcher sets OMP_NUM_THREADS; under torchrun --threads decides
         torch.set_num_threads(threads)
@@ -114,12 +118,17 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
     steady_rows: list[list[float]] = []
     warmup_rows: list[list[float]] = []
     epochs, tta, step = [], None, 0
-    progress = tqdm(total=plan.total_steps, unit="step", file=sys.stderr, mininterval=1.0,
-                    disable=None if world.is_main else True, leave=False, desc="training")
+    watch = CpuWatch(world.host, world.local_rank)
+    watch.start_window()
     setup_s = time.perf_counter() - t_setup
-    t_start = time.perf_counter()
+    t_start, first_step_at = time.perf_counter(), time.time()
     for epoch in range(1, plan.epochs + 1):
         count = min(plan.steps_per_epoch, plan.total_steps - step)
+        # a bar per epoch, on rank 0's terminal only: a long epoch is never silent
+        progress = tqdm(total=count, unit="step", file=sys.stderr, mininterval=0.5, miniters=1,
+                        disable=None if world.is_main else True, leave=False,
+                        desc=f"epoch {epoch}/{plan.epochs}")
+        watch.start_epoch()
         shard = train_shard(len(bundle.train), per_device, world.size, world.rank, accumulate,
                             cfg.seed, epoch, count)
         # augmentation randomness differs per rank and epoch, yet is reproducible
@@ -159,13 +168,15 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - t_epoch
+        progress.close()
         clock.flush()
-        if epoch > 1 or plan.epochs == 1:
+        if epoch > 1:
             steady_rows += clock.rows
         else:
             warmup_rows = clock.rows
         clock.rows = []
-        entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate)
+        entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
+                             watch.end_epoch())
         if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
             strategy.before_evaluation()
             entry["test_loss"], entry["test_accuracy"] = evaluate(
@@ -174,45 +185,54 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         entry["elapsed_s"] = time.perf_counter() - t_start
         epochs.append(entry)
         if world.is_main:
-            progress.write(_epoch_line(entry, plan.epochs))
+            print(_epoch_line(entry, plan), flush=True)
         tta = _time_to_accuracy(cfg, entry, tta)
         if cfg.stop_at_target and tta and tta["reached"]:
             break
-    progress.close()
     strategy.finish()
     total_s = time.perf_counter() - t_start
-    if plan.epochs > 1 and steady_rows:
+    window = watch.end_window()
+    if len(epochs) > 1:
         excluded = "epoch 1 (warm-up)"
-    elif plan.epochs > 1:  # stopped at the target within the warm-up epoch: it is all there is
-        steady_rows, excluded = warmup_rows, "nothing (training stopped in the warm-up epoch)"
-    else:  # one epoch: its first tenth stands in for the warm-up
-        cut = len(steady_rows) // 10
-        steady_rows, excluded = steady_rows[cut:], f"first {cut} steps of the only epoch"
-    return assemble(cfg, world, plan, strategy, epochs, steady_rows, excluded, tta,
-                    {"setup_s": setup_s, "total_s": total_s, "start": started})
+        partial = "" if epochs[-1]["steps"] == plan.steps_per_epoch else \
+            f" (the partial epoch {epochs[-1]['epoch']})"
+        source = f"steps {epochs[0]['steps'] + 1}-{step}{partial}"
+    else:  # one epoch ran: its first tenth (at least a step) stands in for the warm-up
+        cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
+        steady_rows = warmup_rows[cut:]
+        where = "the only epoch" if plan.epochs == 1 else \
+            "epoch 1 (training stopped at the target there)"
+        excluded = f"first {cut} steps of {where}"
+        source = f"steps {cut + 1}-{len(warmup_rows)} of {where}"
+    return assemble(cfg, world, plan, strategy, epochs, (steady_rows, excluded, source), tta,
+                    {"setup_s": setup_s, "total_s": total_s, "start": started,
+                     "first_step_at": first_step_at}, window)
 
 
 def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,
-                 loss_sum: torch.Tensor, world: World, rate: float) -> dict:
-    """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank."""
+                 loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float]) -> dict:
+    """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank;
+    what else used the CPUs meanwhile (``cpu``: this rank's ``CpuWatch.end_epoch``)."""
     samples = steps * plan.derived.global_batch
     totals = torch.stack([loss_sum, torch.tensor(float(samples) / world.size,
                                                  dtype=torch.float64, device=loss_sum.device)])
     dist.all_reduce(totals)
-    times = [torch.zeros(1, dtype=torch.float64, device=loss_sum.device)
-             for _ in range(world.size)]
-    dist.all_gather(times, torch.tensor([epoch_time], dtype=torch.float64,
-                                        device=loss_sum.device))
-    per_rank = [float(t) for t in times]
+    mine = torch.tensor([epoch_time, *cpu], dtype=torch.float64, device=loss_sum.device)
+    gathered = [torch.zeros_like(mine) for _ in range(world.size)]
+    dist.all_gather(gathered, mine)
+    per_rank = [float(g[0]) for g in gathered]
+    other, steal = epoch_load([g[1:].tolist() for g in gathered])
     train_loss = float(totals[0] / totals[1])
     if not math.isfinite(train_loss):
         raise NonFiniteLoss(f"training loss is {train_loss} in epoch {epoch} (learning rate "
                             f"{rate:g}); lower --lr or add --warmup-epochs")
     wall = max(per_rank)
-    return {"epoch": epoch, "warmup": epoch == 1, "steps": steps, "wall_time_s": wall,
+    return {"epoch": epoch, "warmup": epoch == 1, "steps": steps,
+            "partial": steps < plan.steps_per_epoch, "wall_time_s": wall,
             "wall_time_s_per_rank": per_rank, "samples": samples,
             "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
-            "test_loss": None, "test_accuracy": None, "lr": rate}
+            "test_loss": None, "test_accuracy": None, "lr": rate,
+            "other_cores": other, "steal_cores": steal}
 
 
 def _time_to_accuracy(cfg: TrainConfig, entry: dict, tta: dict | None) -> dict | None:
@@ -243,9 +263,12 @@ def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle) -> None:
           flush=True)
 
 
-def _epoch_line(entry: dict, epochs: int) -> str:
+def _epoch_line(entry: dict, plan: Plan) -> str:
     acc = entry["test_accuracy"]
     test = f", test loss {entry['test_loss']:.4f}, accuracy {acc:.2%}" if acc is not None else ""
-    warm = " (warm-up)" if entry["warmup"] else ""
-    return (f"epoch {entry['epoch']}/{epochs}{warm}: {entry['wall_time_s']:.2f} s, "
+    notes = ["warm-up"] if entry["warmup"] else []
+    if entry["partial"]:
+        notes.append(f"partial, {entry['steps']} of {plan.steps_per_epoch} steps")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return (f"epoch {entry['epoch']}/{plan.epochs}{note}: {entry['wall_time_s']:.2f} s, "
             f"{entry['throughput']:,.0f} samples/s, train loss {entry['train_loss']:.4f}{test}")

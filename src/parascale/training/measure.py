@@ -11,6 +11,7 @@ on the device every step would serialise the very overlap we want to see).
 from __future__ import annotations
 
 import time
+from statistics import median
 
 import numpy as np
 import torch
@@ -87,6 +88,28 @@ def step_summary(rows_per_rank: list[list[list[float]]], excluded: str) -> dict:
                          "step_p95_s": summary and summary["p95"]})
     return {"count": len(all_rows), "excluded": excluded, "phases": phases,
             "per_rank": per_rank}
+
+
+def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], steps_source: str,
+                   steps_per_epoch: int, global_batch: int) -> dict:
+    """The summary's steady epoch time and throughput, and where they come from.
+
+    The median of the full epochs after the warm-up; a partial epoch is never passed off as an
+    epoch. Without a full steady epoch (one epoch, or a partial second one) the slowest rank's
+    mean steady step time stands in, times the steps of a full epoch (``steps_source`` says
+    which steps). The mean, not the median: an epoch's time is a sum of steps.
+    """
+    full = [e for e in epochs if not e["warmup"] and not e["partial"]]
+    if full:
+        first, last = full[0]["epoch"], full[-1]["epoch"]
+        return {"steady_epoch_time_s": median(e["wall_time_s"] for e in full),
+                "steady_throughput": median(e["throughput"] for e in full),
+                "steady_epoch_time_method": "epochs",
+                "steady_source": f"epoch {first}" if first == last else f"epochs {first}-{last}"}
+    step_s = max(float(np.mean([row[-1] for row in rows])) for rows in rows_per_rank if rows)
+    return {"steady_epoch_time_s": step_s * steps_per_epoch,
+            "steady_throughput": global_batch / step_s,
+            "steady_epoch_time_method": "steps", "steady_source": steps_source}
 
 
 def peak_memory(device: torch.device) -> tuple[str, int]:

@@ -66,5 +66,5 @@ def failure_record(config: dict[str, Any], status: str, reason: str, derived: di
     """A record for a run that did not finish: never claims success, always says why."""
     return {"schema": SCHEMA, "status": status, "reason": reason, "config": config,
             "derived": derived, "environment": environment_, "epochs": [], "steps": None,
-            "memory": None, "time_to_accuracy": None, "sync": None, "summary": None,
-            "study": None}
+            "memory": None, "time_to_accuracy": None, "sync": None, "machine": None,
+            "timing": None, "summary": None, "study": None}

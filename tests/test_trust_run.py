@@ -1,0 +1,181 @@
+"""Numbers one run can be trusted with: partial and single epochs, the command's own wall time,
+progress on a terminal, and what else used the CPUs while the run trained (issue 9)."""
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from parascale.cli.main import main
+
+# digits: 1437 training samples; a global batch of 64 gives 22 steps per epoch
+SMALL = ["--model", "mlp", "--dataset", "digits", "--global-batch", "64", "--timeout", "60",
+         "--no-save-model"]
+
+
+def cli_train(out, *args, **popen):
+    """``parascale train`` as a user runs it; returns (completed process, record)."""
+    proc = subprocess.run([sys.executable, "-m", "parascale", "train", *SMALL, *args,
+                           "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          **popen)
+    assert proc.returncode == 0, proc.stderr
+    return proc, json.loads((out / "record.json").read_text())
+
+
+def assert_steady_from_steps(proc, record, source):
+    """No full epoch after the warm-up: the steady step time x steps per epoch, and it says so."""
+    summary, derived = record["summary"], record["derived"]
+    assert summary["steady_epoch_time_method"] == "steps"
+    assert summary["steady_source"] == source
+    # a full epoch at the steady rate: its time x the throughput is a full epoch's samples
+    assert summary["steady_epoch_time_s"] * summary["steady_throughput"] == \
+        pytest.approx(derived["steps_per_epoch"] * derived["global_batch"])
+    assert f"steady figures from {source}" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_partial_epoch_is_timed_per_step_and_never_passed_off_as_an_epoch(tmp_path):
+    proc, record = cli_train(tmp_path / "run", "--workers", "1", "--steps", "30")
+    first, last = record["epochs"]
+    assert (first["steps"], first["partial"]) == (22, False)
+    assert (last["steps"], last["partial"]) == (8, True)
+    assert "epoch 2/2 (partial, 8 of 22 steps):" in proc.stdout
+    assert_steady_from_steps(proc, record, "steps 23-30 (the partial epoch 2)")
+
+
+@pytest.mark.slow
+def test_one_epoch_gives_steady_figures_from_its_later_steps_and_says_so(tmp_path):
+    proc, record = cli_train(tmp_path / "run", "--workers", "1", "--epochs", "1")
+    assert record["steps"]["excluded"] == "first 2 steps of the only epoch"
+    assert record["steps"]["count"] == 20
+    assert_steady_from_steps(proc, record, "steps 3-22 of the only epoch")
+
+
+@pytest.mark.slow
+def test_full_steady_epochs_give_the_median_and_a_trailing_partial_one_is_left_out(tmp_path):
+    _, record = cli_train(tmp_path / "run", "--workers", "1", "--steps", "70")
+    assert [e["partial"] for e in record["epochs"]] == [False, False, False, True]
+    summary = record["summary"]
+    assert summary["steady_epoch_time_method"] == "epochs"
+    assert summary["steady_source"] == "epochs 2-3"
+    second, third = (e["wall_time_s"] for e in record["epochs"][1:3])
+    assert summary["steady_epoch_time_s"] == pytest.approx((second + third) / 2)  # their median
+
+
+@pytest.mark.slow
+def test_the_command_reports_its_whole_wall_time_and_what_it_does_while_starting(tmp_path):
+    began = time.time()
+    proc, record = cli_train(tmp_path / "run", "--workers", "2", "--steps", "5")
+    ended = time.time()
+    timing = record["timing"]
+    assert timing["since"] == "process start"
+    # the command's time holds start-up and training, and the test saw it all happen
+    assert 0 < timing["startup_s"] < timing["command_s"] <= ended - began
+    assert timing["training_s"] == pytest.approx(record["summary"]["total_time_s"])
+    assert timing["startup_s"] + timing["training_s"] <= timing["command_s"]
+    lines = proc.stdout.splitlines()
+    checking = lines.index("parascale: checking the configuration and data...")
+    starting = lines.index("parascale: starting 2 workers...")
+    banner = next(i for i, line in enumerate(lines) if line.startswith("parascale: mlp on"))
+    assert checking < starting < banner
+    done = next(line for line in lines if line.startswith("done in "))
+    assert done.startswith(f"done in {timing['command_s']:.1f} s (start-up "
+                           f"{timing['startup_s']:.1f} s, training {timing['training_s']:.1f} s)")
+
+
+def _read_terminal(argv, env):
+    """Run ``argv`` on a pseudo-terminal of 120 columns; everything it showed there."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                            close_fds=True)
+    os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the other end closed: the command ended
+                break
+            if not chunk:
+                break
+            shown += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=30)
+    os.close(master)
+    assert proc.returncode == 0, shown.decode(errors="replace")
+    return shown.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_a_terminal_shows_step_progress_within_each_epoch(tmp_path):
+    shown = _read_terminal([sys.executable, "-m", "parascale", "train", *SMALL, "--workers", "2",
+                            "--epochs", "2", "--out", str(tmp_path / "run")], os.environ.copy())
+    for epoch in (1, 2):
+        assert re.search(rf"epoch {epoch}/2:\s+\d+%\|[^|\r\n]*\|\s*\d+/22 ", shown), shown
+
+
+# Python busy loops on three threads (hashlib releases the GIL), in a session of its own: Linux's
+# autogroup scheduling shares the CPUs between sessions first, so a one-thread burner in the
+# test's session gets no more than the processes of other people's tests on a shared machine,
+# and need not be among the three a record names
+BURNER = ("import hashlib, threading\n"
+          "block = bytes(1 << 20)\n"
+          "def burn():\n"
+          "    while True:\n"
+          "        hashlib.sha256(block).digest()\n"
+          "for _ in range(3):\n"
+          "    threading.Thread(target=burn).start()\n")
+
+
+@pytest.mark.slow
+def test_a_cpu_burner_during_the_run_is_recorded_and_named(tmp_path):
+    burner = subprocess.Popen([sys.executable, "-c", BURNER], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        proc, record = cli_train(tmp_path / "run", "--workers", "1", "--steps", "60")
+    finally:
+        burner.kill()
+        burner.wait()
+    machine = record["machine"]
+    assert machine["busy"] is True, machine
+    assert machine["other_cores"] + machine["steal_cores"] >= machine["busy_threshold_cores"]
+    named = [p["pid"] for host in machine["hosts"] for p in host["top_others"]]
+    assert burner.pid in named, (burner.pid, machine["hosts"])
+    assert machine["window_s"] > 0 and machine["method"]
+    for entry in record["epochs"]:
+        assert entry["other_cores"] >= 0 and entry["steal_cores"] >= 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("parascale: warning: the CPUs were busy"), proc.stderr
+    assert "other processes used" in last and "pid " in last
+
+
+def test_version_is_printed_without_importing_torch():
+    code = ("import sys\nfrom parascale.cli.main import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit as exc:\n    code = exc.code\n"
+            "print('torch' in sys.modules, 'matplotlib' in sys.modules, code)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    import parascale
+
+    assert proc.stdout.splitlines() == [f"parascale {parascale.__version__}",
+                                        "False False 0"], proc.stderr
+
+
+def test_target_accuracy_help_says_it_is_a_fraction(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    help_text = text[text.rindex("--target-accuracy"):][:300]  # its help, after the usage
+    assert "fraction" in help_text and "0.9 for 90 percent" in help_text, help_text
