@@ -143,9 +143,12 @@ def top_others(before: dict[int, tuple[float, str]], after: dict[int, tuple[floa
 
 
 def sample_other_cores(seconds: float) -> dict[str, float]:
-    """Load on the machine beyond this process (and its children) over the next ``seconds``:
-    what a study checks between runs before it trusts the machine to be quiet."""
-    own0, a = own_cpu_s(), counters()
+    """Load on the machine beyond this process over the next ``seconds``: what a study checks
+    between runs before it trusts the machine to be quiet. Between runs a study has no children
+    of its own, so a child still running then (a leftover worker, anything the caller started)
+    is load like any other."""
+    me = os.getpid()
+    own0, a = cpu_s(me), counters()
     time.sleep(seconds)
-    b, own1 = counters(), own_cpu_s()
+    b, own1 = counters(), cpu_s(me)
     return load(a, b, own1 - own0)
