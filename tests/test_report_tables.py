@@ -18,7 +18,8 @@ import pytest
 from parascale.errors import UsageError
 from parascale.report import format_terminal, load_records, summary_rows, write_report
 from parascale.report import command
-from parascale.report.tables import format_csv, format_markdown, sentences
+from parascale.report.tables import format_csv, format_markdown
+from parascale.report.wording import sentences
 
 from conftest import record, write_study  # noqa: F401 (re-exported to the other report tests)
 
@@ -77,9 +78,11 @@ def test_reference_is_smallest_n_without_a_one_worker_run(tmp_path):
     assert {r.reference_workers for r in rows.values()} == {2}
     # the reference's own speedup would only restate an assumption: not shown as measured
     assert rows[2].speedup is None and rows[2].efficiency is None
-    assert rows[4].speedup == pytest.approx(2 * 360 / 200)
+    # no speedup over one worker is claimed without one: only the measured ratio, said so
+    assert rows[4].speedup is None and rows[4].ratio == pytest.approx(360 / 200)
     assert rows[8].efficiency == pytest.approx(2 * 640 / 200 / 8)
-    assert "relative to 2 workers" in format_terminal(list(rows.values()))
+    text = format_terminal(list(rows.values()))
+    assert "relative to 2 workers" in text and "1.80× vs 2" in text and "3.60" not in text
     [sentence] = sentences(list(rows.values()))
     assert "8 workers reach 3.20× the throughput of 2 workers (efficiency 80% relative to 2 workers)" in sentence
 

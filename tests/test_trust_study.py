@@ -18,7 +18,8 @@ import pytest
 from conftest import machine_block, record, write_study
 from parascale.cli.main import main
 from parascale.report import format_terminal, load_records, summary_rows, write_report
-from parascale.report.tables import format_csv, sentences
+from parascale.report.tables import format_csv
+from parascale.report.wording import sentences
 
 
 def rows_of(tmp_path: Path, records: list[dict]):

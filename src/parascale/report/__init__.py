@@ -19,8 +19,9 @@ from parascale.report.html import render_html
 from parascale.report.inplan import keep_planned, outside_lines
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
 from parascale.report.plots import Plot, make_plots, write_plots
-from parascale.report.tables import (Row, busy_sentence, format_csv, format_markdown,
-                                     format_terminal, sentences, summary_rows, wrap)
+from parascale.report.rows import Row, summary_rows
+from parascale.report.tables import format_csv, format_markdown, format_terminal, wrap
+from parascale.report.wording import busy_sentence, sentences
 
 __all__ = ["Loaded", "Problem", "Row", "RunRecord", "Plot", "default_out_dir", "format_terminal",
            "load_records", "load_studies", "summary_rows", "write_report", "write_loaded",

@@ -18,8 +18,10 @@ import parascale
 from parascale.report.inplan import outside_lines
 from parascale.report.load import Loaded, RunRecord
 from parascale.report.plots import Plot
-from parascale.report.tables import (OUTSIDE, Row, busy_lines, busy_sentence, group_title, grouped,
-                                     reference_note, sentences, table)
+from parascale.report.rows import Row, grouped
+from parascale.report.tables import table
+from parascale.report.wording import (OUTSIDE, busy_lines, busy_sentence, group_title,
+                                      reference_note, sentences)
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1100px;margin:2em auto;

@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from parascale.files import atomic_write_bytes
-from parascale.report.tables import GroupKey, Range, Row, grouped, loss_text
+from parascale.report.rows import GroupKey, Range, Row, grouped
+from parascale.report.tables import loss_text
 
 STYLE = {
     "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
