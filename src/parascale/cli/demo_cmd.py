@@ -86,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
     from parascale.cli.bench_cmd import echo, execute, typed_command
     from parascale.config import available_cores
 
+    from parascale.files import check_writable_folder
+
     jobs = demo_jobs(args.quick)
     study = Path(args.out)
+    check_writable_folder(study)
     workers = sorted({job.world_size for job in jobs})
     fixed = QUICK if args.quick else FULL
     size = f"{fixed['image_size']}x{fixed['image_size']}" if fixed.get("image_size") else "8x8"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from parascale.files import check_writable_folder
 from parascale.report import default_out_dir, format_terminal, load_records, summary_rows, write_loaded
 
 DESCRIPTION = """\
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     """Load first (bad input raises UsageError with nothing written), then write and print."""
     loaded = load_records(args.studies)
     out_dir = args.out or default_out_dir(args.studies[0])
+    check_writable_folder(out_dir, "--out" if args.out else "the report folder")
     html = write_loaded(loaded, out_dir)
     print(format_terminal(summary_rows(loaded.records), loaded.unfinished, loaded.problems))
     print()

@@ -16,6 +16,7 @@ from parascale.files import atomic_write_text
 
 SCHEMA = "parascale.run/1"
 RECORD_NAME = "record.json"
+MODEL_NAME = "model.pt"  # beside the record when the run saved its model
 
 
 def cpu_model() -> str:
@@ -58,8 +59,12 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=2) + "\n"
+
+
 def write(out_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    return atomic_write_text(Path(out_dir) / RECORD_NAME, json.dumps(record, indent=2) + "\n")
+    return atomic_write_text(Path(out_dir) / RECORD_NAME, dumps(record))
 
 
 def failure_record(config: dict[str, Any], status: str, reason: str, derived: dict | None,
