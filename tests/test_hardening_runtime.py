@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_sync_parameter_server import wait_until
 
 from parascale.cli.main import main
 from parascale.config import TrainConfig, available_cores
@@ -52,14 +53,16 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def wait_for(condition, timeout_s: float = 120.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+def alive(pids: list[int]) -> list[int]:
+    """Those still running (a zombie, dead but not yet reaped, does not count)."""
+    running = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return running
 
 
 def leftovers(tmpdir: Path) -> list[str]:
@@ -278,8 +281,7 @@ def test_sigterm_stops_the_job_like_ctrl_c_and_changes_nothing(tmp_path):
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143
     assert stderr.strip().splitlines() == ["parascale: terminated (SIGTERM)"], stderr
-    assert [p for p in pids if psutil.pid_exists(p)
-            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE] == []
+    assert wait_until(lambda: not alive(pids), 5.0), alive(pids)  # servers die with rank 0
     assert leftovers(tmp_path / "tmp") == []
     assert contents(out) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["a"]
@@ -295,7 +297,7 @@ def test_folders_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path):
     pids = [p.pid for p in tree(proc.pid)]
     proc.kill()
     proc.wait()
-    wait_for(lambda: not any(psutil.pid_exists(p) for p in pids), 30, "the workers to die")
+    assert wait_until(lambda: not alive(pids), 30.0), alive(pids)
     left = leftovers(tmpdir)
     assert any(n.startswith("parascale-job-") for n in left), left
     assert any(n.startswith("parascale-ps-") for n in left), left
@@ -315,8 +317,8 @@ def test_sigterm_leaves_a_study_resumable_as_ctrl_c_does(tmp_path):
     args = ["bench", "--model", "mlp", "--workers", "1", "-V", "steps=2,200", "--out", str(study)]
     proc = cli(*args, tmpdir=tmp_path / "tmp", fault="slow@0:0.1", stdout=subprocess.DEVNULL,
                stderr=subprocess.PIPE)
-    wait_for(lambda: len(list(study.glob("runs/*/record.json"))) == 1 or proc.poll() is not None,
-             what="the first run to be filed")
+    assert wait_until(lambda: len(list(study.glob("runs/*/record.json"))) == 1
+                      or proc.poll() is not None, 300.0), "the first run was never filed"
     time.sleep(1.0)  # the second run is under way
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)

@@ -1,10 +1,11 @@
 """A run's results reach its output folder only when the run has them, as one set.
 
 The workers write into a staging folder beside ``--out`` (same filesystem, so a rename is
-atomic): ``.<name>.parascale-<pid>.<start>-<random>``. When the run ends with a result (ok,
-failed, out of memory), :meth:`Staging.commit` replaces the previous set in ``--out``: the old
-record is removed first (so it never claims a model that is not its own), then each companion
-file is moved in or, if this run made none, removed, then the new record is written atomically.
+atomic): ``.<name>.parascale-<pid>.<start>-<random>``, or inside ``--out`` when only that folder
+is writable. When the run ends with a result (ok, failed, out of memory), :meth:`Staging.commit`
+replaces the previous set in ``--out``: the old record is removed first (so it never claims a
+model that is not its own), then each companion file is moved in or, if this run made none,
+removed, then the new record is written atomically.
 A run that is refused or interrupted commits nothing: ``--out`` is left exactly as it was, and
 folders this run created to hold it are removed again. A staging folder whose launcher was
 killed (SIGKILL) is removed by the next run into the same ``--out``.
@@ -38,8 +39,11 @@ class Staging:
         self.out = Path(os.path.abspath(out))
         self.prefix = f".{self.out.name}.parascale-"
         self.created = _create_folders(self.out.parent)
-        sweep(self.out.parent, (self.prefix,))
-        self.path = make_dir(self.prefix, self.out.parent)
+        where = self.out.parent
+        if self.out.is_dir() and not os.access(where, os.W_OK | os.X_OK):
+            where = self.out  # a writable --out in a read-only folder: stage inside it instead
+        sweep(where, (self.prefix,))
+        self.path = make_dir(self.prefix, where)
         self.committed = False
 
     def commit(self, record_name: str, text: str, companions: tuple[str, ...] = ()) -> None:
