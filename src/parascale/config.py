@@ -71,6 +71,9 @@ class TrainConfig:
     threads: int | None = None
     """Intra-op CPU threads per worker; default: the cores divided by the workers, so cores are
     not oversubscribed. Scaling studies fix it for every N, so a worker is the same device."""
+    oversubscribe: bool = False
+    """Run a local launch that asks for more than 4 CPU threads per core (workers x threads, plus
+    parameter servers), which is otherwise refused; 4 workers on 2 cores need no flag."""
 
     batch_size: int | None = None
     """Per-device batch. Give this or global_batch, not both; the other is derived."""
@@ -144,7 +147,7 @@ class TrainConfig:
     port: int | None = None
     """Port of the rendezvous store of a local launch (loopback only); default: a free port."""
     timeout: float = 300.0
-    """Seconds a collective may wait before the job is declared stuck (torch's default is 30 min)."""
+    """Seconds a collective waits for a stuck worker; the job ends at most 2 s later (torch: 30 min)."""
     out: str | None = None
     """Folder for record.json and model.pt; nothing is written outside it."""
     save_model: bool = True

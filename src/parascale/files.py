@@ -11,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from parascale.errors import UsageError
+
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, nothing between."""
@@ -37,3 +39,20 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
 def atomic_write_text(path: Path, text: str) -> Path:
     """UTF-8 text version of :func:`atomic_write_bytes`."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def check_writable_folder(path: str | os.PathLike, option: str = "--out") -> None:
+    """UsageError unless ``path`` is, or can be made, a folder we may write into: it is a folder,
+    or its nearest existing ancestor is a writable folder. Writes nothing."""
+    where = Path(os.path.abspath(path))
+    if where.exists() and not where.is_dir():
+        raise UsageError(f"{option} {path} exists and is not a folder")
+    ancestor = where
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{option} {path}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        what = "it is" if ancestor == where else f"its nearest existing folder {ancestor} is"
+        raise UsageError(f"{option} {path}: {what} not writable; choose a folder you can "
+                         "write to")

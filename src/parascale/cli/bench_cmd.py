@@ -196,10 +196,9 @@ def plan_from_args(args: argparse.Namespace):
         args.repeat, args.baseline)
     jobs = make_jobs(inputs)
     study = Path(args.study_out) if args.study_out else default_out(inputs)
-    if study.exists() and not study.is_dir():
-        from parascale.errors import UsageError
+    from parascale.files import check_writable_folder
 
-        raise UsageError(f"--out {study} exists and is not a folder")
+    check_writable_folder(study)
     return inputs, jobs, study
 
 

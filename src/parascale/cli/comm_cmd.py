@@ -63,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help=f"seconds before a stuck collective fails the job "
                              f"(default: {defaults.timeout:g})")
     parser.add_argument("--port", type=int, help="port of the local rendezvous store")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help="run more than 4 workers per core (otherwise refused)")
     parser.add_argument("--out", metavar="DIR", help="folder for comm.json "
                         "(default: runs/comm-<date>-<time>)")
     parser.set_defaults(func=run)
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or f"runs/comm-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     cfg = CommConfig(workers=args.workers, gpus=args.gpus, sizes=sizes, ops=args.ops,
                      warmup=args.warmup, iters=args.iters, min_iters=args.min_iters,
-                     timeout=args.timeout, port=args.port, out=out)
+                     timeout=args.timeout, port=args.port,
+                     oversubscribe=args.oversubscribe, out=out)
     record = comm.run(cfg)
     if not record:  # a non-zero rank under torchrun/srun: rank 0 reports
         return 0

@@ -97,9 +97,12 @@ def run(args: argparse.Namespace) -> int:
     from parascale.cli.bench_cmd import check_quiet, echo, execute, typed_command
     from parascale.config import available_cores
 
+    from parascale.files import check_writable_folder
+
     check_quiet(args.quiet_machine)
     jobs = demo_jobs(args.quick)
     study = Path(args.out) if args.out else default_folder(args.quick)
+    check_writable_folder(study)
     workers = sorted({job.world_size for job in jobs})
     fixed = QUICK if args.quick else FULL
     size = f"{fixed['image_size']}x{fixed['image_size']}" if fixed.get("image_size") else "8x8"

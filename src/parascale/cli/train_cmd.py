@@ -130,9 +130,6 @@ def run(args: argparse.Namespace) -> int:
     warning = busy_warning(record.get("machine"))
     if warning:
         print(warning, file=sys.stderr)
-    # leave now: under torchrun to skip gloo's teardown (see run_worker); as a command of its
-    # own because torch's teardown at interpreter exit took 2-7 s here on a busy machine, after
-    # the line that gave the command's time
-    if joined or getattr(args, "standalone", False):
+    if joined:  # leave now, skipping gloo's teardown (see run_worker); cli.main does it otherwise
         exit_now(0)
     return 0

@@ -19,9 +19,7 @@ import json
 import math
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from parascale.errors import UsageError
@@ -86,6 +84,8 @@ class CommConfig:
     """Seconds a collective may wait before the job is declared stuck."""
     port: int | None = None
     """Port of the local launch's rendezvous store (loopback); default: a free one."""
+    oversubscribe: bool = False
+    """Run more workers than 4 per core (otherwise refused)."""
     out: str | None = None
     """Folder for comm.json."""
 
@@ -132,11 +132,15 @@ def validate(cfg: CommConfig, size: int) -> None:
 
 def run(cfg: CommConfig) -> dict[str, Any]:
     """Measure and return the record (written to ``cfg.out`` when given). Rank 0 only under
-    torchrun/srun; other ranks get an empty dict."""
+    torchrun/srun; other ranks get an empty dict. ``cfg.out`` keeps its previous comm.json
+    until this measurement has finished (see :mod:`parascale.runtime.staging`)."""
     from parascale.config import available_cores
     from parascale.errors import WorkerFailure
-    from parascale.runtime import (external_launcher, external_size, launch,
-                                   resolve_device_type)
+    from parascale.files import check_writable_folder
+    from parascale.runtime import (check_oversubscription, external_launcher, external_size,
+                                   launch, open_store, resolve_device_type)
+    from parascale.runtime.scratch import make_dir
+    from parascale.runtime.staging import Staging
 
     if external_launcher():
         size = external_size()
@@ -144,25 +148,37 @@ def run(cfg: CommConfig) -> dict[str, Any]:
         size = len(cfg.gpus) if cfg.gpus else (cfg.workers or available_cores())
     validate(cfg, size)
     resolve_device_type("cuda" if cfg.gpus else "auto", cfg.gpus)
+    if cfg.out:
+        check_writable_folder(cfg.out)
     if external_launcher():
         from parascale.comm.worker import run_worker
 
         return run_worker(cfg) or {}
-    scratch = None if cfg.out else tempfile.mkdtemp(prefix="parascale-comm-")
-    out = Path(cfg.out or scratch)
-    resolved = dataclasses.replace(cfg, workers=size, out=str(out))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / RECORD_NAME).unlink(missing_ok=True)
+    threads = max(1, available_cores() // size)
+    check_oversubscription(size, threads, available_cores(), insist=cfg.oversubscribe)
+    store = open_store(cfg.port)  # a busy --port is refused before anything is written
+
+    def measure(folder) -> dict[str, Any]:
+        resolved = dataclasses.replace(cfg, workers=size, out=str(folder))
         outcome = launch("parascale.comm.worker", size,
                          {"PARASCALE_COMM_CONFIG": json.dumps(resolved.to_dict())},
-                         port=cfg.port, threads=max(1, available_cores() // size))
+                         threads=threads, store=store)
         if outcome.status != "ok":
             raise WorkerFailure(outcome.message, outcome.rank)
-        return json.loads((out / RECORD_NAME).read_text())
-    finally:
-        if scratch:
+        record = json.loads((folder / RECORD_NAME).read_text())
+        record["config"]["out"] = cfg.out
+        return record
+
+    if not cfg.out:
+        scratch = make_dir("parascale-comm-")
+        try:
+            return measure(scratch)
+        finally:
             shutil.rmtree(scratch, ignore_errors=True)
+    with Staging(cfg.out) as staging:
+        record = measure(staging.path)
+        staging.commit(RECORD_NAME, json.dumps(record, indent=2) + "\n")
+        return record
 
 
 def format_table(record: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from parascale.files import check_writable_folder
 from parascale.report import default_out_dir, load_studies, terminal_summary, write_loaded
 
 DESCRIPTION = """\
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     """Load first (bad input raises UsageError with nothing written), then write and print."""
     loaded = load_studies(args.studies)
     out_dir = args.out or default_out_dir(args.studies[0])
+    check_writable_folder(out_dir, "--out" if args.out else "the report folder")
     html = write_loaded(loaded, out_dir)
     print(terminal_summary(loaded))
     print()

@@ -1,27 +1,35 @@
 """Start N worker processes on this machine, watch them, and end the job when one fails.
 
-The launcher hosts the rendezvous TCPStore itself, on loopback, on a port the operating system
-chooses (or the user's ``--port``), and passes that port to the workers: no free-port guessing,
-so no race between choosing a port and binding it. Each worker is a fresh interpreter
-(``python -m <module>``) with its rank in ``PARASCALE_*`` variables, threads capped so that N
-workers do not oversubscribe the cores, and gloo bound to the loopback interface.
+The launcher hosts the rendezvous TCPStore itself (:func:`open_store`: listening on loopback
+only, on a port the operating system chooses or the user's ``--port``) and passes that port to
+the workers: no free-port guessing, so no race between choosing a port and binding it. Each
+worker is a fresh interpreter (``python -m <module>``) with its rank in ``PARASCALE_*``
+variables, threads capped so that N workers do not oversubscribe the cores, and gloo bound to
+the loopback interface, so nothing of the job listens beyond this machine.
 
-When a worker exits with an error or is killed, the others are stopped at once (SIGTERM, then
-SIGKILL after a grace period) and the failure names the rank that caused it. A worker that dies
-takes its peers down with connection errors; those are *consequences*, so the launcher prefers a
-worker's own error over them, and when every failed rank only reports a broken or timed-out
-collective, the ranks still running are the ones that stopped responding.
+When a worker exits with an error or is killed, the failure names the rank that caused it and
+the others are killed at once: a stuck worker may not answer SIGTERM (one blocked in native code
+never runs a Python handler), and the job has failed anyway. A worker that dies takes its peers
+down with connection errors; those are *consequences*, so the launcher prefers a worker's own
+error over them, and when every failed rank only reports a broken or timed-out collective, the
+ranks still running are the ones that stopped responding. A hung worker therefore ends the job
+at most ``timeout`` + :data:`STUCK_SLACK_S` seconds after its peers start waiting for it.
+
+Ctrl-C or SIGTERM to the launcher stops the workers (SIGTERM, then SIGKILL after a grace
+period) and removes the job's folder; folders of launchers killed outright are removed by the
+next launch (:mod:`.scratch`).
 """
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +37,19 @@ from pathlib import Path
 import torch.distributed as dist
 
 from parascale.errors import UsageError
+from parascale.interrupts import sigterm_interrupts
+from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.world import LOCAL_ENV
 
-GRACE_S = 5.0  # how long a stopped worker may take to exit before it is killed
-SETTLE_S = 1.0  # after the first failure, wait this long for the root cause to report
+LOOPBACK = "127.0.0.1"
+GRACE_S = 5.0  # how long an interrupted job's workers may take to exit before they are killed
+SETTLE_S = 0.5  # after the first failure, wait this long for the root cause to report
+POLL_S = 0.05
+#: a stuck job ends at most this long after its collective timeout: the failing rank's exit,
+#: SETTLE_S, killing the rest and writing the record (measured 1.3 s on 2 cores under load 10)
+STUCK_SLACK_S = 2.0
+#: CPU threads a local launch may ask for, per core, before it needs --oversubscribe
+OVERSUBSCRIPTION = 4
 LOG_TAIL = 12  # lines of a failed worker's log shown to the user
 
 
@@ -45,15 +62,64 @@ class Outcome:
     rank: int | None = None
 
 
-def _open_store(port: int | None) -> dist.TCPStore:
+def _listen(host: str, port: int) -> socket.socket:
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        return dist.TCPStore("127.0.0.1", port or 0, is_master=True, wait_for_workers=False,
-                             timeout=datetime.timedelta(seconds=60))
-    except dist.DistNetworkError as exc:
-        if "EADDRINUSE" in str(exc) or "in use" in str(exc):
-            raise UsageError(f"--port {port} is already in use on 127.0.0.1; choose another "
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def open_store(port: int | None = None, host: str = LOOPBACK,
+               timeout_s: float = 60.0) -> dist.TCPStore:
+    """Host a TCPStore that listens on ``host`` alone: loopback unless a multi-node world names
+    its address. ``port`` None lets the operating system choose; a busy one is a UsageError.
+
+    torch's own server listens on every interface whatever ``host`` says, so the socket is bound
+    here and handed over (``master_listen_fd``). A host that is not an address of this machine
+    (a torchrun world whose rank 0 is not on MASTER_ADDR) falls back to every interface.
+    """
+    try:
+        sock = _listen(host, port or 0)
+    except OSError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL and host != LOOPBACK:
+            sock = _listen("0.0.0.0", port or 0)
+        elif exc.errno == errno.EADDRINUSE and port:
+            raise UsageError(f"--port {port} is already in use on {host}; choose another "
                              "port or leave --port out to let parascale pick a free one") from None
-        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc}") from None
+        else:
+            raise UsageError(f"cannot listen on {host}:{port or 0}: "
+                             f"{exc.strerror or exc}") from None
+    bound = sock.getsockname()[1]
+    return dist.TCPStore(host, bound, is_master=True, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=timeout_s),
+                         master_listen_fd=sock.detach())  # the store closes it
+
+
+def check_oversubscription(workers: int, threads: int, cores: int, servers: int = 0,
+                           insist: bool = False) -> None:
+    """Refuse a local launch that asks for more than OVERSUBSCRIPTION threads per core (workers
+    x threads, plus one per parameter server) unless the user insists: 64 workers on 2 cores
+    crawl, and 100000 threads each make OpenBLAS fail to load in every worker."""
+    total = workers * threads + servers
+    limit = OVERSUBSCRIPTION * cores
+    if insist or total <= limit:
+        return
+    room = limit - servers
+    fits = [f"at most {room // threads} workers" if room // threads else "",
+            f"at most {room // workers} threads per worker" if threads > 1 and room // workers
+            else ""]
+    advice = " or ".join(f for f in fits if f)
+    parts = f"{workers} workers x {threads} threads" + \
+        (f" + {servers} parameter servers" if servers else "")
+    raise UsageError(f"{total} CPU threads ({parts}) on {cores} cores are more than the {limit} "
+                     f"parascale allows ({OVERSUBSCRIPTION} per core): use "
+                     f"{advice + ', or ' if advice else ''}--oversubscribe to run it anyway")
 
 
 def _die_with_launcher() -> None:
@@ -77,37 +143,49 @@ def _signal_name(code: int) -> str:
 class LocalJob:
     """One launch: the store, the processes, their error files and logs."""
 
-    def __init__(self, module: str, size: int, env: dict[str, str], port: int | None,
+    def __init__(self, module: str, size: int, env: dict[str, str], store: dist.TCPStore,
                  threads: int):
-        self.size = size
-        self.store = _open_store(port)
-        self.tmp = Path(tempfile.mkdtemp(prefix="parascale-job-"))
+        self.module, self.size, self.env, self.threads = module, size, env, threads
+        self.store = store
+        sweep()  # folders of earlier launchers killed outright (SIGKILL leaves them behind)
+        self.tmp = make_dir("parascale-job-")
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path | None] = []
-        for rank in range(size):
-            wenv = {**os.environ, **env,
+
+    def run(self) -> Outcome:
+        """Start the workers and block until every one succeeded or the job failed; never
+        leaves a worker behind."""
+        try:
+            self._start()
+            outcome = self._watch()
+        except BaseException:  # Ctrl-C, SIGTERM: ask the workers to stop, then make sure
+            self._stop(GRACE_S)
+            raise
+        finally:
+            self._stop(0.0)  # after a failure the rest are of no use, and may be deaf to SIGTERM
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            sweep()  # what stopped workers could not remove (a rank 0's parameter-server logs)
+        return outcome
+
+    def _start(self) -> None:
+        for rank in range(self.size):
+            wenv = {**os.environ, **self.env,
                     LOCAL_ENV: str(self.store.port), "PARASCALE_RANK": str(rank),
-                    "PARASCALE_WORLD_SIZE": str(size), "PARASCALE_LOCAL_RANK": str(rank),
+                    "PARASCALE_WORLD_SIZE": str(self.size), "PARASCALE_LOCAL_RANK": str(rank),
                     "PARASCALE_ERROR_FILE": str(self.tmp / f"rank{rank}.error.json"),
-                    "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-            # gloo otherwise binds to whatever the host name resolves to
+                    "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+            # gloo otherwise listens on whatever the host name resolves to
             wenv.setdefault("GLOO_SOCKET_IFNAME", "lo")
             log = None if rank == 0 else self.tmp / f"rank{rank}.log"
             out = None if log is None else open(log, "wb")
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", module], env=wenv, stdout=out, stderr=out,
-                stdin=subprocess.DEVNULL, preexec_fn=_die_with_launcher))
-            if out is not None:
-                out.close()
             self.logs.append(log)
-
-    def wait(self) -> Outcome:
-        """Block until every worker succeeded or the job failed; never leaves a worker behind."""
-        try:
-            return self._watch()
-        finally:
-            self._stop()
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            try:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", self.module], env=wenv, stdout=out, stderr=out,
+                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_launcher))
+            finally:
+                if out is not None:
+                    out.close()
 
     def _watch(self) -> Outcome:
         first_failure = None
@@ -119,11 +197,13 @@ class LocalJob:
                 running_then = [r for r, c in enumerate(codes) if c is None]
             if first_failure is not None:
                 settled = time.monotonic() - first_failure > SETTLE_S
-                if settled or all(c is not None for c in codes):
+                primary = any(not self._report(r, c).get("secondary")
+                              for r, c in enumerate(codes) if c not in (None, 0))
+                if settled or primary or all(c is not None for c in codes):
                     return self._diagnose(codes, running_then)
             elif all(c == 0 for c in codes):
                 return Outcome("ok")
-            time.sleep(0.05)
+            time.sleep(POLL_S)
 
     def _diagnose(self, codes: list[int | None], running_then: list[int]) -> Outcome:
         reports = {r: self._report(r, c) for r, c in enumerate(codes) if c not in (None, 0)}
@@ -167,11 +247,12 @@ class LocalJob:
         lines = log.read_text(errors="replace").strip().splitlines()[-LOG_TAIL:]
         return " | ".join(f"[rank {rank}] {line}" for line in lines if line.strip())
 
-    def _stop(self) -> None:
+    def _stop(self, grace_s: float) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s``; with no grace, SIGKILL at once."""
         alive = [p for p in self.procs if p.poll() is None]
         for p in alive:
-            p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_S
+            p.send_signal(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
         for p in alive:
             try:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -181,7 +262,9 @@ class LocalJob:
 
 
 def launch(module: str, size: int, env: dict[str, str], port: int | None = None,
-           threads: int = 1) -> Outcome:
-    """Run ``python -m module`` as ``size`` ranks and wait; Ctrl-C stops every worker."""
-    job = LocalJob(module, size, env, port, threads)
-    return job.wait()
+           threads: int = 1, store: dist.TCPStore | None = None) -> Outcome:
+    """Run ``python -m module`` as ``size`` ranks and wait; Ctrl-C and SIGTERM stop every
+    worker. ``store``: one already opened with :func:`open_store` (else one on ``port``)."""
+    with sigterm_interrupts():
+        job = LocalJob(module, size, env, store or open_store(port), threads)
+        return job.run()

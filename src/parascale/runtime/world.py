@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import signal
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -123,6 +125,10 @@ def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
     worker died; ``timeout_s`` bounds every collective instead.
     """
     rank, size, local_rank, launcher = _positions()
+    if launcher != "local" and threading.current_thread() is threading.main_thread():
+        # torchrun and srun stop their ranks with SIGTERM, maybe inside a collective, where the
+        # command line's handler (parascale.interrupts) would never run: die at once, as before
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if device_type == "cuda":
         index = gpus[local_rank] if gpus else local_rank
         torch.cuda.set_device(index)

@@ -3,8 +3,9 @@
 ``--workers N`` counts training workers; rank 0 starts ``--ps-servers K`` server processes in
 addition (:mod:`parascale.sync.ps_server`), so a sync server on N workers trains exactly like
 allreduce on N workers. The flat parameter vector is cut into K contiguous shards, one per
-server. Workers and servers share a gloo group of their own over a TCPStore hosted by rank 0;
-the workers' default group (epoch statistics, evaluation) never includes a server.
+server. Workers and servers share a gloo group of their own over a TCPStore hosted by rank 0
+(listening on loopback in a local launch, on MASTER_ADDR's address under torchrun or srun); the
+workers' default group (epoch statistics, evaluation) never includes a server.
 
 Each step, after backward, a worker sends every server its shard of the gradient with the step's
 learning rate and receives the shard's new parameters ("sync" phase: everything from the first
@@ -25,10 +26,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +36,8 @@ import torch.distributed as dist
 from torch import nn
 
 from parascale.runtime.failure import write_error_file
+from parascale.runtime.launch import LOOPBACK, open_store
+from parascale.runtime.scratch import make_dir, sweep
 from parascale.sync import ps_protocol as proto
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat, shard_bounds
@@ -48,7 +49,8 @@ class ServerProcesses:
     """Rank 0's server processes: started, watched, stopped; never left behind."""
 
     def __init__(self, specs: list[proto.Spec]):
-        self.logs = Path(tempfile.mkdtemp(prefix="parascale-ps-"))
+        sweep(prefixes=("parascale-ps-",))  # logs of servers whose worker was killed
+        self.logs = make_dir("parascale-ps-")
         self.procs: list[subprocess.Popen] = []
         self._expected_exit = False
         atexit.register(self.kill)
@@ -156,12 +158,11 @@ class ParameterServer(Strategy):
         timeout = datetime.timedelta(seconds=cfg.timeout)
 
         # rank 0 hosts the group's store and starts the servers; the others learn the port
-        host = "127.0.0.1" if world.launcher == "local" else \
+        host = LOOPBACK if world.launcher == "local" else \
             os.environ.get("MASTER_ADDR") or world.host
         address: list[Any] = [host, 0]
         if world.is_main:
-            store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False,
-                                  timeout=timeout)
+            store = open_store(host=host, timeout_s=cfg.timeout)
             address[1] = store.port
         dist.broadcast_object_list(address, src=0)
         if world.is_main:

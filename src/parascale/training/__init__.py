@@ -3,25 +3,34 @@
 On one machine it starts the workers itself; under torchrun or srun this process *is* a worker
 and joins that world. Either way bad input is found here, before any worker starts or anything
 is written: names, sizes, data files, whether the model accepts the data, whether the global
-batch divides and fits the data set.
+batch divides and fits the data set, whether --out can be written, and (for a local launch)
+whether the machine has the cores for the workers and threads asked for.
+
+A local run's workers write into a staging folder beside --out; the results replace the previous
+ones in --out only when the run has its own (see :mod:`parascale.runtime.staging`).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import shutil
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from parascale import data, models, sync
 from parascale.config import TrainConfig, available_cores, validate
 from parascale.errors import UsageError
-from parascale.runtime import (external_launcher, external_size, launch, resolve_backend,
-                               resolve_device_type)
+from parascale.files import check_writable_folder
+from parascale.runtime import (check_oversubscription, external_launcher, external_size, launch,
+                               open_store, resolve_backend, resolve_device_type)
+from parascale.runtime.scratch import make_dir
+from parascale.runtime.staging import Staging
 from parascale.training import record as rec
-from parascale.training.loop import make_plan, run_worker
+from parascale.training.loop import Plan, make_plan, run_worker
 
 __all__ = ["train", "preflight", "world_size_for"]
 
@@ -35,6 +44,11 @@ def world_size_for(cfg: TrainConfig) -> int:
     return cfg.workers or available_cores()
 
 
+def threads_per_worker(cfg: TrainConfig, size: int) -> int:
+    """--threads, or the cores shared among the workers (at least one each)."""
+    return cfg.threads or max(1, available_cores() // size)
+
+
 def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str, Any]:
     """Everything that can be wrong with the input, checked in this process; the derived numbers.
 
@@ -45,14 +59,15 @@ def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str
     validate(cfg)
     sync.check(cfg.sync)
     models.check(cfg.model)
-    data.check(cfg)
+    with _no_new_folders_on_error(cfg.data_dir if cfg.download else None):
+        data.check(cfg)
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     resolve_backend(cfg.backend, device_type)
     if cfg.sync_batchnorm and device_type != "cuda":
         raise UsageError("--sync-batchnorm needs CUDA devices (torch's SyncBatchNorm runs only "
                          "on GPUs); leave it out on CPU workers")
-    if cfg.out and Path(cfg.out).exists() and not Path(cfg.out).is_dir():
-        raise UsageError(f"--out {cfg.out} exists and is not a folder")
+    if cfg.out:
+        check_writable_folder(cfg.out)
     memo = {} if memo is None else memo
     data_key = json.dumps(["data", *(getattr(cfg, name) for name in data.FIELDS)], default=str)
     if data_key not in memo:
@@ -62,15 +77,61 @@ def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str
     n_train, n_test, num_classes, input_shape = memo[data_key]
     plan = make_plan(cfg, size, n_train, n_test)
     if plan.steps_per_epoch == 0:
-        raise UsageError(f"the global batch {plan.derived.global_batch} is larger than the "
-                         f"{n_train} training samples of {cfg.dataset}; use a batch of "
-                         f"at most {n_train // size} per device")
+        raise UsageError(_batch_too_large(cfg, plan, size))
+    if not external_launcher():  # a torchrun or srun world is what it is
+        servers = cfg.ps_servers if cfg.sync == "parameter-server" else 0
+        check_oversubscription(size, threads_per_worker(cfg, size), available_cores(), servers,
+                               insist=cfg.oversubscribe)
     model_key = json.dumps(["model", cfg.model, num_classes, input_shape])
     if model_key not in memo:
         model = models.build(cfg.model, num_classes, input_shape)
         models.probe(model, input_shape, num_classes)
         memo[model_key] = True
     return plan.record_section()
+
+
+def _batch_too_large(cfg: TrainConfig, plan: Plan, size: int) -> str:
+    """Why no step fits the training set, and what would fit, with the numbers."""
+    n, name = plan.train_samples, cfg.dataset
+    micro = cfg.accumulate
+    per_device = plan.derived.per_device_batch
+    if cfg.global_batch is not None:
+        fits = n // (size * micro) * size * micro
+        advice = f"use --global-batch {fits} or less" if fits else \
+            f"use at most {n // micro} workers"
+        return f"the global batch {cfg.global_batch} is larger than the {n} training samples " \
+            f"of {name}; {advice}"
+    accumulation = f" x {micro} accumulation steps" if micro > 1 else ""
+    options = []
+    if n // (per_device * micro):
+        options.append(f"at most {n // (per_device * micro)} workers at batch {per_device}")
+    if n // (size * micro):
+        options.append(f"a batch of at most {n // (size * micro)} per device")
+    advice = " or ".join(options) or f"at most {n // micro} workers at batch 1"
+    return f"{size} workers x batch {per_device}{accumulation} need " \
+        f"{plan.derived.global_batch} training samples per step; {name} has {n}: use {advice}"
+
+
+@contextlib.contextmanager
+def _no_new_folders_on_error(path: str | None) -> Iterator[None]:
+    """Folders made inside ``path`` (torchvision's, by --download) are removed again when the
+    check fails, for instance without a network: a refused run leaves nothing behind."""
+    if not path:
+        yield
+        return
+    root = Path(os.path.abspath(os.path.expanduser(path)))
+    top = root
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    before = {folder for folder, _, _ in os.walk(top)}
+    try:
+        yield
+    except BaseException:
+        for folder, _, _ in os.walk(top, topdown=False):
+            if folder not in before:
+                with contextlib.suppress(OSError):  # not empty: something was fetched, keep it
+                    os.rmdir(folder)
+        raise
 
 
 def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
@@ -112,30 +173,33 @@ def _timing(record: dict[str, Any], since: tuple[str, float]) -> dict[str, Any]:
 
 def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any],
                   since: tuple[str, float]) -> dict[str, Any]:
-    scratch = None if cfg.out else tempfile.mkdtemp(prefix="parascale-run-")
-    out = Path(cfg.out or scratch)
-    resolved = dataclasses.replace(cfg, workers=size, out=str(out),
-                                   save_model=cfg.save_model and scratch is None)
-    threads = cfg.threads or max(1, available_cores() // size)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        # a record left by an earlier run here must not pass for this one's if it is interrupted
-        (out / rec.RECORD_NAME).unlink(missing_ok=True)
-        print(f"parascale: starting {size} worker{'s' if size > 1 else ''}...", flush=True)
-        outcome = launch("parascale.training.worker", size,
-                         {"PARASCALE_CONFIG": json.dumps(resolved.to_dict())},
-                         port=cfg.port, threads=threads)
-        if outcome.status == "ok":
-            record = json.loads((out / rec.RECORD_NAME).read_text())
-            record["timing"] = _timing(record, since)
-            if scratch is None:
-                rec.write(out, record)
-            return record
-        record = rec.failure_record(resolved.to_dict(), outcome.status, outcome.message,
-                                    derived)
-        if scratch is None:
-            rec.write(out, record)
-        return record
-    finally:
-        if scratch:
+    store = open_store(cfg.port)  # a busy --port is refused before anything is written
+    if not cfg.out:  # nothing is kept: the record is read back from a scratch folder
+        scratch = make_dir("parascale-run-")
+        try:
+            return _run_job(cfg, size, derived, store, scratch, since)
+        finally:
             shutil.rmtree(scratch, ignore_errors=True)
+    with Staging(cfg.out) as staging:
+        record = _run_job(cfg, size, derived, store, staging.path, since)
+        staging.commit(rec.RECORD_NAME, rec.dumps(record), companions=(rec.MODEL_NAME,))
+        return record
+
+
+def _run_job(cfg: TrainConfig, size: int, derived: dict[str, Any], store,
+             folder: Path, since: tuple[str, float]) -> dict[str, Any]:
+    """Run the workers writing into ``folder``; the record, ``config.out`` as the user gave it."""
+    resolved = dataclasses.replace(cfg, workers=size, out=str(folder),
+                                   save_model=cfg.save_model and cfg.out is not None)
+    print(f"parascale: starting {size} worker{'s' if size > 1 else ''}...", flush=True)
+    outcome = launch("parascale.training.worker", size,
+                     {"PARASCALE_CONFIG": json.dumps(resolved.to_dict())},
+                     threads=threads_per_worker(cfg, size), store=store)
+    if outcome.status == "ok":
+        record = json.loads((folder / rec.RECORD_NAME).read_text())
+        record["config"]["out"] = cfg.out
+        record["timing"] = _timing(record, since)
+        return record
+    (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
+    return rec.failure_record({**resolved.to_dict(), "out": cfg.out}, outcome.status,
+                              outcome.message, derived)

@@ -15,6 +15,7 @@ import parascale
 from parascale.files import atomic_write_text
 from parascale.safejson import RECORD_SCHEMA as SCHEMA  # one spelling for writer and readers
 RECORD_NAME = "record.json"
+MODEL_NAME = "model.pt"  # beside the record when the run saved its model
 
 
 def cpu_model() -> str:
@@ -57,8 +58,12 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=2) + "\n"
+
+
 def write(out_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
-    return atomic_write_text(Path(out_dir) / RECORD_NAME, json.dumps(record, indent=2) + "\n")
+    return atomic_write_text(Path(out_dir) / RECORD_NAME, dumps(record))
 
 
 def failure_record(config: dict[str, Any], status: str, reason: str, derived: dict | None,
