@@ -122,3 +122,48 @@ def test_api_accepts_ints_for_floats_and_lists_for_tuples():
     validate(dataclasses.replace(cfg, gpus=None))
     # what the launcher sends its workers reads back the same
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+# --- item 5: user models that raise, exit or have nothing to train ------------------------------
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    """A fresh current directory for user modules (umod_*), forgotten afterwards."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+    for name in [n for n in sys.modules if n.startswith("umod_")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("module, body, words", [
+    ("umod_raises", "raise ValueError('no such width: 7')",
+     ["'umod_raises:make'", "make(num_classes=10, input_shape=(1, 8, 8)) raised ValueError: "
+      "no such width: 7", "umod_raises.py:5"]),
+    ("umod_exits", "raise SystemExit(0)",
+     ["'umod_exits:make'", "make(num_classes=10, input_shape=(1, 8, 8)) exited (SystemExit(0))",
+      "umod_exits.py:5"]),
+    ("umod_empty", "return Slice(num_classes)",
+     ["'umod_empty:make'", "returned a Slice without trainable parameters"]),
+])
+def test_user_model_failures_are_one_line_before_any_worker(capsys, user_dir, module, body,
+                                                            words):
+    (user_dir / f"{module}.py").write_text(textwrap.dedent(f"""\
+        from torch import nn
+
+
+        def make(num_classes, input_shape):
+            {body}
+
+
+        class Slice(nn.Module):  # the right output shape, but nothing to train
+            def __init__(self, k):
+                super().__init__()
+                self.k = k
+
+            def forward(self, x):
+                return x.flatten(1)[:, :self.k]
+        """))
+    # the launcher creates --out, so its absence shows no worker started
+    assert_refused(capsys, user_dir, "--model", f"{module}:make", "--workers", "1",
+                   words=words)
