@@ -167,3 +167,12 @@ def test_user_model_failures_are_one_line_before_any_worker(capsys, user_dir, mo
     # the launcher creates --out, so its absence shows no worker started
     assert_refused(capsys, user_dir, "--model", f"{module}:make", "--workers", "1",
                    words=words)
+
+
+# --- item 7: a malformed PARASCALE_FAULT --------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["explode@1", "kill@1", "raise@1:2,slow@x:1"])
+def test_malformed_fault_is_refused_in_preflight(capsys, tmp_path, monkeypatch, text):
+    monkeypatch.setenv("PARASCALE_FAULT", text)
+    assert_refused(capsys, tmp_path, "--workers", "1", "--epochs", "1",
+                   words=("PARASCALE_FAULT", "cannot read", "kill@R:S"))

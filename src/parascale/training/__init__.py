@@ -19,6 +19,7 @@ from parascale.config import TrainConfig, available_cores, validate
 from parascale.errors import UsageError
 from parascale.runtime import (external_launcher, external_size, launch, resolve_backend,
                                resolve_device_type)
+from parascale.runtime import faults
 from parascale.training import record as rec
 from parascale.training.loop import make_plan, run_worker
 
@@ -37,6 +38,7 @@ def world_size_for(cfg: TrainConfig) -> int:
 def preflight(cfg: TrainConfig, size: int) -> dict[str, Any]:
     """Everything that can be wrong with the input, checked in this process; the derived numbers."""
     validate(cfg)
+    faults.check()  # a malformed PARASCALE_FAULT would fail in every worker
     sync.check(cfg.sync)
     models.check(cfg.model)
     data.check(cfg)
