@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 
-from parascale.errors import UsageError, WorkerFailure
+from parascale.errors import KnownFailure, UsageError, WorkerFailure
 
 # module path of each subcommand, in the order --help lists them
 SUBCOMMANDS = [
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"parascale: error: {exc}", file=sys.stderr)
         return 2
-    except WorkerFailure as exc:
+    except (WorkerFailure, KnownFailure) as exc:  # KnownFailure: a rank under torchrun/srun
         print(f"parascale: failed: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and the like: not an error of ours

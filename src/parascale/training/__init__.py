@@ -96,7 +96,7 @@ def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any]) -> dict[
         if outcome.status == "ok":
             return json.loads((out / rec.RECORD_NAME).read_text())
         record = rec.failure_record(resolved.to_dict(), outcome.status, outcome.message,
-                                    derived)
+                                    derived, detail=outcome.detail)
         if scratch is None:
             rec.write(out, record)
         return record
