@@ -63,6 +63,11 @@ class TrainConfig:
     augment: bool = False
     """Random horizontal flip and 4-pixel random crop per training sample (CIFAR-style); each
     rank draws from its own seeded generator, so runs are reproducible but ranks differ."""
+    verify_data: bool = False
+    """Before any worker starts, read every image of an imagefolder dataset (with a progress bar
+    when that takes more than a second) and refuse the run, naming the first unreadable file and
+    how many there are; without it, a bad file stops training when a batch reaches it. Other
+    datasets are read whole before training anyway."""
 
     workers: int | None = None
     """CPU worker processes on this machine; default one per core. With --gpus, one per GPU."""
