@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 
 def test_study_killed_mid_run_resumes_where_it_stopped(tmp_path):

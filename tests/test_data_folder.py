@@ -10,6 +10,7 @@ from PIL import Image
 
 from parascale import data
 from parascale.config import TrainConfig
+from parascale.data.folder import BadImage
 from parascale.errors import UsageError
 
 CPU = torch.device("cpu")
@@ -125,11 +126,11 @@ def test_sizes_differing_beyond_the_sampled_images_fail_clearly_in_batches(tmp_p
     png(tmp_path / "train" / "cat" / "b.png", 1, size=(8, 8))  # not sampled by check()
     png(tmp_path / "val" / "cat" / "c.png", 2, size=(6, 5))
     bundle = data.build(TrainConfig(dataset="imagefolder", data_dir=str(tmp_path)))
-    with pytest.raises(UsageError, match="differ in size; pass --image-size"):
+    with pytest.raises(BadImage, match="differ in size; pass --image-size"):
         list(bundle.train.batches([[0, 1]], CPU, train=False))
 
 
-def test_unreadable_image_is_a_usage_error(tmp_path):
+def test_unreadable_image_is_a_usage_error_or_a_bad_image_in_training(tmp_path):
     (tmp_path / "train" / "cat").mkdir(parents=True)
     (tmp_path / "train" / "cat" / "broken.png").write_bytes(b"not a png")
     png(tmp_path / "val" / "cat" / "c.png", 2)
@@ -138,5 +139,8 @@ def test_unreadable_image_is_a_usage_error(tmp_path):
     png(tmp_path / "train" / "cat" / "a.png", 0)
     bundle = data.build(TrainConfig(dataset="imagefolder", data_dir=str(tmp_path), image_size=4))
     for workers in (0, 1):
-        with pytest.raises(UsageError, match="cannot read an image in .*broken.png"):
+        with pytest.raises(BadImage) as err:
             list(bundle.train.batches([[0, 1]], CPU, train=False, loader_workers=workers))
+        assert str(err.value).startswith(  # one line naming the file, from a loader worker too
+            f"imagefolder: cannot read {tmp_path / 'train' / 'cat' / 'broken.png'}: ")
+        assert "\n" not in str(err.value)

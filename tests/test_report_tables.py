@@ -9,7 +9,6 @@ import argparse
 import csv
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 

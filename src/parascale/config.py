@@ -6,8 +6,12 @@ so that bad input costs the user one clear line (exit code 2) and nothing else.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -59,6 +63,11 @@ class TrainConfig:
     augment: bool = False
     """Random horizontal flip and 4-pixel random crop per training sample (CIFAR-style); each
     rank draws from its own seeded generator, so runs are reproducible but ranks differ."""
+    verify_data: bool = False
+    """Before any worker starts, read every image of an imagefolder dataset (with a progress bar
+    when that takes more than a second) and refuse the run, naming the first unreadable file and
+    how many there are; without it, a bad file stops training when a batch reaches it. Other
+    datasets are read whole before training anyway."""
 
     workers: int | None = None
     """CPU worker processes on this machine; default one per core. With --gpus, one per GPU."""
@@ -169,9 +178,13 @@ class TrainConfig:
                 f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
             )
         data = dict(data)
-        for key in TUPLE_FIELDS:
-            if data.get(key) is not None:
-                data[key] = tuple(int(v) for v in data[key])
+        for name, value in data.items():
+            check_type(name, value)  # as given, before the conversions below
+            kind, _ = field_kinds()[name]
+            if typing.get_origin(kind) is tuple and isinstance(value, list):
+                data[name] = tuple(value)  # JSON and YAML give lists
+            elif kind is float and _is_int(value):
+                data[name] = float(value)
         return cls(**data)
 
 
@@ -196,8 +209,60 @@ def _positive(name: str, value, allow_none: bool = True, kind=int) -> None:
         raise UsageError(f"--{name.replace('_', '-')} must be a positive {kind.__name__}, got {value!r}")
 
 
+@functools.cache
+def field_kinds() -> dict[str, tuple[Any, bool]]:
+    """Each TrainConfig field's type from its annotation, and whether it may be None."""
+    kinds = {}
+    for name, annotation in typing.get_type_hints(TrainConfig).items():
+        if typing.get_origin(annotation) in (types.UnionType, typing.Union):  # X | None
+            kinds[name] = ([a for a in typing.get_args(annotation) if a is not type(None)][0], True)
+        else:
+            kinds[name] = (annotation, False)
+    return kinds
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _expected(kind: Any) -> tuple[str, Callable[[Any], bool]]:
+    """What a value of ``kind`` is, in words, and the test of a value (int is not bool; a float
+    field takes an int; a tuple field takes a list or tuple of ints)."""
+    if kind is bool:
+        return "true or false", lambda v: isinstance(v, bool)
+    if kind is int:
+        return "an integer", _is_int
+    if kind is float:
+        return "a number", lambda v: _is_int(v) or isinstance(v, float)
+    if kind is str:
+        return "a string", lambda v: isinstance(v, str)
+    if typing.get_origin(kind) is tuple:  # the length is validate's business (C,H,W)
+        return "a list of integers", \
+            lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v)
+    if typing.get_origin(kind) is dict:
+        return "a mapping", lambda v: isinstance(v, dict)
+    raise TypeError(f"no type check for {kind!r}: teach config._expected about it")
+
+
+def check_type(name: str, value: Any) -> None:
+    """``value`` against field ``name``'s annotation. The command line converts its strings
+    itself; the Python API and study files reach here with whatever they were given."""
+    kind, optional = field_kinds()[name]
+    if value is None and optional:
+        return
+    expected, fits = _expected(kind)
+    if not fits(value):
+        raise UsageError(f"{name} must be {expected}{' or None' if optional else ''}, got "
+                         f"{value!r} ({type(value).__name__})")
+
+
 def validate(cfg: TrainConfig) -> None:
-    """Check values that need no world: sizes, choices, exclusive options."""
+    """Check values that need no world: types, sizes, choices, exclusive options."""
+    for name, (kind, _) in field_kinds().items():  # every field, so none can be forgotten
+        value = getattr(cfg, name)
+        check_type(name, value)
+        if kind is float and value is not None and not math.isfinite(value):
+            raise UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     for name in ("workers", "threads", "batch_size", "global_batch", "epochs", "steps", "base_batch",
                  "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
         _positive(name, getattr(cfg, name))

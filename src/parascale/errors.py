@@ -15,3 +15,17 @@ class WorkerFailure(RuntimeError):
     def __init__(self, message: str, rank: int | None = None):
         super().__init__(message)
         self.rank = rank
+
+
+class KnownFailure(RuntimeError):
+    """A known way for training to fail (a diverging loss, an unreadable data file) whose message
+    says all the user needs: a worker reports it as one line, without a traceback on the
+    terminal (the run record's ``detail`` keeps the traceback).
+
+    ``secondary`` marks a rank that stops only because another rank's failure was decided
+    collectively, so that the launcher names the rank where it happened.
+    """
+
+    def __init__(self, message: str, secondary: bool = False):
+        super().__init__(message)
+        self.secondary = secondary

@@ -14,7 +14,7 @@ import os
 import sys
 
 import parascale
-from parascale.errors import UsageError, WorkerFailure
+from parascale.errors import KnownFailure, UsageError, WorkerFailure
 from parascale.interrupts import EXIT_CODE as TERMINATED_CODE
 from parascale.interrupts import Terminated, sigterm_interrupts
 
@@ -94,7 +94,7 @@ def _main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"parascale: error: {exc}", file=sys.stderr)
         return 2
-    except WorkerFailure as exc:
+    except (WorkerFailure, KnownFailure) as exc:  # KnownFailure: a rank under torchrun/srun
         print(f"parascale: failed: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # output piped into `head` and the like: not an error of ours

@@ -2,30 +2,37 @@
 
 Too large to hold in memory in general, so each batch is decoded by a DataLoader (optionally
 in worker processes); augmentation still runs on the whole batch with the trainer's generator.
+Preflight samples one image per class; a file that cannot be read is found when a batch reaches
+it, and stops training with one line naming it (:class:`BadImage`), or before any worker starts
+with ``--verify-data``, which reads every image.
 """
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
+from tqdm import tqdm
 
-from parascale.config import TrainConfig
+from parascale.config import TrainConfig, available_cores
 from parascale.data.paths import data_dir
 from parascale.data.split import Batch, DataBundle, IndexBatches, Split, augment, as_index
-from parascale.errors import UsageError
+from parascale.errors import KnownFailure, UsageError
 
 # ImageNet statistics: the usual choice for natural photos of unknown origin.
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 LAYOUT = "train/<class>/<image> and val/<class>/<image> (or test/)"
+VERIFY_CHUNK = 4096  # images --verify-data hands its threads at a time
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,10 @@ class Layout:
     test: Path
     classes: list[str]
     shape: tuple[int, int, int]  # (C, H, W) of the batches
+
+
+class BadImage(KnownFailure):
+    """An image file that cannot be read, found during training: one line naming the file."""
 
 
 def _first_image(folder: Path) -> Path | None:
@@ -100,12 +111,48 @@ def _size_message(a: Path, size_a: tuple[int, int], b: Path, size_b: tuple[int, 
 
 
 def check(cfg: TrainConfig) -> None:
-    scan(cfg)
+    layout = scan(cfg)
+    if cfg.verify_data:
+        verify(cfg, layout)
+
+
+def verify(cfg: TrainConfig, layout: Layout) -> None:
+    """Read every image as training will (decode and transform), on a thread per core, with a
+    progress bar once it takes more than a second; one UsageError for all that is wrong."""
+    train, test = _datasets(cfg, layout)
+    items = [(d, i) for d in (train, test) for i in range(len(d))]
+    bad: list[BadImage] = []
+    sizes: dict[tuple[int, ...], str] = {}
+    with ThreadPoolExecutor(available_cores()) as pool, \
+            tqdm(total=len(items), unit="image", desc="verifying data", file=sys.stderr,
+                 delay=1.0, disable=None, leave=False) as progress:
+        for start in range(0, len(items), VERIFY_CHUNK):  # not a future per image at once
+            chunk = items[start:start + VERIFY_CHUNK]
+            for (dataset, index), outcome in zip(chunk, pool.map(_read, chunk)):
+                progress.update()
+                if isinstance(outcome, BadImage):
+                    bad.append(outcome)
+                else:
+                    sizes.setdefault(tuple(outcome.shape), dataset.samples[index][0])
+    if bad:
+        raise UsageError(f"{bad[0]} ({len(bad)} of {len(items)} images cannot be read; "
+                         "--verify-data read them all)")
+    if len(sizes) > 1:  # only without --image-size: the batches could not be stacked
+        (a, path_a), (b, path_b) = list(sizes.items())[:2]
+        raise UsageError(_size_message(Path(path_a), a[1:], Path(path_b), b[1:]))
+
+
+def _read(item: tuple[ImageFolder, int]) -> torch.Tensor | BadImage:
+    dataset, index = item
+    try:
+        return dataset[index][0]
+    except BadImage as error:
+        return error
 
 
 class KnownClassesFolder(ImageFolder):
     """ImageFolder whose class indices come from the training folder, so a test folder that
-    lacks a class does not shift every later label."""
+    lacks a class does not shift every later label; a file it cannot read is named."""
 
     def __init__(self, root: str | Path, classes: Sequence[str], **kwargs):
         self._known = list(classes)
@@ -113,6 +160,15 @@ class KnownClassesFolder(ImageFolder):
 
     def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
         return self._known, {c: i for i, c in enumerate(self._known)}
+
+    def __getitem__(self, index: int):
+        try:
+            return super().__getitem__(index)
+        except Exception as error:  # PIL names the file in some errors only ("truncated")
+            cause = "not an image PIL can identify" if isinstance(error, UnidentifiedImageError) \
+                else " ".join(str(error).split())[:200] or type(error).__name__
+            raise BadImage(f"imagefolder: cannot read {self.samples[index][0]}: {cause}") \
+                from error
 
 
 class FolderSplit(Split):
@@ -138,21 +194,20 @@ class FolderSplit(Split):
                 if train and self.augment:
                     x = augment(x, generator)
                 yield x, y
+        except BadImage as error:
+            # From a loader worker the message is a traceback ending in the original line.
+            last = [line for line in str(error).splitlines() if line.strip()][-1].strip()
+            raise BadImage(last.partition(f"{BadImage.__name__}: ")[2] or last) from error
         except RuntimeError as error:
             # default_collate cannot stack images of different sizes; say what to do about it.
             if "stack expects each tensor to be equal size" not in str(error):
                 raise
-            raise UsageError(f"imagefolder: images in {self.dataset.root} differ in size; "
-                             "pass --image-size N to resize them all to NxN") from error
-        except OSError as error:  # PIL cannot decode a file (check() samples only a few)
-            # From a loader worker the message is a traceback whose last line names the file.
-            lines = [line for line in str(error).splitlines() if line.strip()]
-            raise UsageError(f"imagefolder: cannot read an image in {self.dataset.root}: "
-                             f"{lines[-1].strip() if lines else error!r}") from error
+            raise BadImage(f"imagefolder: images in {self.dataset.root} differ in size; "
+                           "pass --image-size N to resize them all to NxN (or --verify-data "
+                           "to find them before training)") from error
 
 
-def build(cfg: TrainConfig) -> DataBundle:
-    layout = scan(cfg)
+def _datasets(cfg: TrainConfig, layout: Layout) -> tuple[KnownClassesFolder, KnownClassesFolder]:
     steps = [transforms.Resize((cfg.image_size, cfg.image_size))] if cfg.image_size else []
     transform = transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
     try:
@@ -160,6 +215,12 @@ def build(cfg: TrainConfig) -> DataBundle:
         test = KnownClassesFolder(layout.test, layout.classes, transform=transform, allow_empty=True)
     except FileNotFoundError as error:  # the folders changed since check()
         raise UsageError(f"imagefolder: {error}; expected {layout.train.parent}/{LAYOUT}") from error
+    return train, test
+
+
+def build(cfg: TrainConfig) -> DataBundle:
+    layout = scan(cfg)
+    train, test = _datasets(cfg, layout)
     return DataBundle(
         name="imagefolder",
         train=FolderSplit(train, augment=cfg.augment),

@@ -5,6 +5,8 @@ import importlib
 import inspect
 import os
 import sys
+import sysconfig
+import traceback
 from collections.abc import Callable
 
 from torch import nn
@@ -39,7 +41,7 @@ def resolve_user(spec: str) -> Callable[..., object]:
         raise UsageError(
             f"model {spec!r}: importing {module_name!r} failed: {short_cause(exc)}"
         ) from exc
-    except Exception as exc:  # a broken user module: say which and why, in one line
+    except (Exception, SystemExit) as exc:  # a broken user module: which and why, one line
         raise UsageError(
             f"model {spec!r}: importing {module_name!r} failed: "
             f"{type(exc).__name__}: {short_cause(exc)}"
@@ -57,11 +59,22 @@ def resolve_user(spec: str) -> Callable[..., object]:
     return target
 
 
+def _where(exc: BaseException) -> str:
+    """' (file.py:12)': the deepest frame of the traceback in the user's own code, not in the
+    standard library or an installed package (the line to look at), or '' if there is none."""
+    libraries = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")})
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is the call in build_user
+    own = [f for f in frames if not f.filename.startswith(libraries)]
+    return f" ({own[-1].filename}:{own[-1].lineno})" if own else ""
+
+
 def build_user(spec: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
     """Call the user's function as ``function(num_classes=K, input_shape=(C, H, W))``.
 
-    Exceptions raised inside the function propagate unchanged: their traceback points into the
-    user's code, which is where the fix is.
+    Runs in preflight, before any worker starts, so whatever the function does wrong (raises,
+    exits, returns something with nothing to train) is one line naming it, what it did and
+    where; in a worker it would be a traceback per rank, or DDP's error about parameters.
     """
     function = resolve_user(spec)
     kwargs = {"num_classes": num_classes, "input_shape": input_shape}
@@ -73,9 +86,20 @@ def build_user(spec: str, num_classes: int, input_shape: tuple[int, int, int]) -
         ) from None
     except ValueError:  # no signature to inspect (some builtins): let the call decide
         pass
-    model = function(**kwargs)
+    call = f"{spec.partition(':')[2]}(num_classes={num_classes}, input_shape={input_shape})"
+    try:
+        model = function(**kwargs)
+    except SystemExit as exc:  # sys.exit(0) would end parascale silently, with exit code 0
+        raise UsageError(f"model {spec!r}: {call} exited (SystemExit({exc.code!r})) instead of "
+                         f"returning a model{_where(exc)}") from None
+    except Exception as exc:
+        raise UsageError(f"model {spec!r}: {call} raised {type(exc).__name__}: "
+                         f"{short_cause(exc)}{_where(exc)}") from exc
     if not isinstance(model, nn.Module):
         raise UsageError(
             f"model {spec!r} returned a {type(model).__name__}, not a torch.nn.Module"
         )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UsageError(f"model {spec!r}: {call} returned a {type(model).__name__} without "
+                         "trainable parameters (none that requires a gradient): nothing to train")
     return model

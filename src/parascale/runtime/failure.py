@@ -2,6 +2,10 @@
 
 A worker whose peer died sees a broken or timed-out collective. Such an error is marked
 *secondary* so that the launcher names the rank that caused the failure, not its victims.
+A known failure (:class:`parascale.errors.KnownFailure`: divergence, a bad data file) is one
+line for the user; every failure's traceback goes into the error file as ``detail``, which the
+run record keeps, and an unexpected error's is printed too (rank 0's on the terminal, the
+others' in their logs).
 """
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from parascale.errors import KnownFailure
+
+DETAIL_LIMIT = 20_000  # characters of traceback kept for the record
 _COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out",
                      "timeout", "broken pipe", "socket", "store")
 
@@ -25,16 +32,26 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def is_secondary(exc: BaseException) -> bool:
     """A failure of communication with other ranks, rather than of this rank's own work."""
-    if isinstance(exc, dist.DistError):
+    if isinstance(exc, dist.DistError) or getattr(exc, "secondary", False):
         return True
+    if isinstance(exc, KnownFailure):
+        return False
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and any(word in text for word in _COLLECTIVE_WORDS)
 
 
 def describe(exc: BaseException) -> str:
-    """One line: the exception type and the first line of its message."""
+    """One line: the exception type and the first line of its message (a known failure's
+    message alone: it says what happened)."""
     first = (str(exc).strip().splitlines() or [""])[0][:400]
+    if isinstance(exc, KnownFailure) and first:
+        return first
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def detail(exc: BaseException) -> str:
+    """The traceback, causes included, cut to its last ``DETAIL_LIMIT`` characters."""
+    return "".join(traceback.format_exception(exc))[-DETAIL_LIMIT:]
 
 
 def write_error_file(exc: BaseException) -> None:
@@ -43,7 +60,7 @@ def write_error_file(exc: BaseException) -> None:
     if not path:
         return
     report = {"message": describe(exc), "secondary": is_secondary(exc),
-              "oom": is_out_of_memory(exc)}
+              "oom": is_out_of_memory(exc), "detail": detail(exc)}
     tmp = f"{path}.tmp"
     with open(tmp, "w") as handle:
         json.dump(report, handle)
@@ -63,7 +80,7 @@ def serve_as_worker(body: Callable[[], object]) -> NoReturn:
         body()
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         write_error_file(exc)
-        if not is_secondary(exc) and not isinstance(exc, KeyboardInterrupt):
+        if not isinstance(exc, (KnownFailure, KeyboardInterrupt)) and not is_secondary(exc):
             traceback.print_exc()  # rank 0's goes to the terminal, others' to their log
         exit_now(1)
     exit_now(0)

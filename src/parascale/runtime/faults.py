@@ -6,10 +6,13 @@
 - ``raise@R:S`` rank R raises RuntimeError before step S (a worker that crashes);
 - ``hang@R:S``  rank R sleeps forever before step S (a worker that is stuck);
 - ``slow@R:T``  rank R sleeps T seconds before every step (a straggler);
+- ``nan@R:S``   rank R's loss at step S is NaN, and so are its gradients (a diverging run);
 - ``oom@B``     every rank raises out-of-memory at its first step when the per-device batch is at
   least B (an out-of-memory error at the trainer boundary, for studies on machines without GPUs).
 
-The variable is read once per run; with none set this module costs one dictionary lookup a step.
+The launching process checks the variable in preflight (:func:`check`), so a malformed value is
+one line there rather than a traceback from every worker. Workers read it once per run; with
+none set this module costs one dictionary lookup a step.
 """
 from __future__ import annotations
 
@@ -24,40 +27,55 @@ import torch
 from parascale.errors import UsageError
 
 ENV = "PARASCALE_FAULT"
-_FORM = re.compile(r"(kill|raise|hang|slow)@(\d+):(\d+(?:\.\d+)?)|oom@(\d+)")
+_FORM = re.compile(r"(kill|raise|hang|slow|nan)@(\d+):(\d+(?:\.\d+)?)|oom@(\d+)")
+
+
+def parse(text: str) -> list[tuple[str, int | None, float]]:
+    """The faults in ``text`` as (kind, rank or None for every rank, step/seconds/batch)."""
+    found = []
+    for item in text.split(",") if text.strip() else []:
+        match = _FORM.fullmatch(item.strip())
+        if not match:
+            raise UsageError(f"{ENV}={text!r}: cannot read {item.strip()!r}; use kill@R:S, "
+                             "raise@R:S, hang@R:S, nan@R:S, slow@R:SECONDS or oom@BATCH "
+                             "(R a rank, S a step from 1), comma-separated")
+        kind, who, when, oom = match.groups()
+        found.append(("oom", None, int(oom)) if oom else (kind, int(who), float(when)))
+    return found
+
+
+def check() -> None:
+    """Preflight: raise UsageError unless ``PARASCALE_FAULT`` is unset or well formed."""
+    parse(os.environ.get(ENV, ""))
 
 
 @dataclass(frozen=True)
 class Faults:
-    """The faults that apply to one rank; ``before_step`` is called by the loop every step."""
+    """The faults that apply to one rank; the loop calls ``before_step`` and ``loss`` every
+    step."""
 
     rank: int
     kill_at: int | None = None
     raise_at: int | None = None
     hang_at: int | None = None
+    nan_at: int | None = None
     slow_s: float = 0.0
     oom_batch: int | None = None
 
     @classmethod
     def from_env(cls, rank: int) -> Faults:
-        text = os.environ.get(ENV, "").strip()
-        if not text:
-            return cls(rank)
         found: dict = {}
-        for item in text.split(","):
-            match = _FORM.fullmatch(item.strip())
-            if not match:
-                raise UsageError(f"{ENV}={text!r}: cannot read {item!r}; use kill@R:S, raise@R:S, "
-                                 "hang@R:S, slow@R:SECONDS or oom@BATCH")
-            kind, who, when, oom = match.groups()
-            if oom:
-                found["oom_batch"] = int(oom)
-            elif int(who) == rank:
-                if kind == "slow":
-                    found["slow_s"] = float(when)
-                else:
-                    found[f"{kind}_at"] = int(float(when))
+        for kind, who, value in parse(os.environ.get(ENV, "")):
+            if kind == "oom":
+                found["oom_batch"] = int(value)
+            elif who == rank:
+                found["slow_s" if kind == "slow" else f"{kind}_at"] = \
+                    value if kind == "slow" else int(value)
         return cls(rank, **found)
+
+    def loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        """The step's loss, made NaN at ``nan@R:S`` (the gradients follow through backward)."""
+        return loss * float("nan") if step == self.nan_at else loss
 
     def before_step(self, step: int, per_device_batch: int) -> None:
         if self.slow_s:

@@ -55,11 +55,13 @@ LOG_TAIL = 12  # lines of a failed worker's log shown to the user
 
 @dataclass
 class Outcome:
-    """How the job ended. ``status`` is ok, failed or oom; ``message`` names the rank."""
+    """How the job ended. ``status`` is ok, failed or oom; ``message`` names the rank;
+    ``detail`` is that rank's traceback, when it left one."""
 
     status: str
     message: str = ""
     rank: int | None = None
+    detail: str | None = None
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -209,19 +211,23 @@ class LocalJob:
         reports = {r: self._report(r, c) for r, c in enumerate(codes) if c not in (None, 0)}
         for rank, report in reports.items():
             if report.get("oom"):
-                return Outcome("oom", f"rank {rank}: {report['message']}", rank)
+                return Outcome("oom", f"rank {rank}: {report['message']}", rank,
+                               report.get("detail"))
         primary = [r for r, rep in reports.items() if not rep.get("secondary")]
         if primary:
             rank = primary[0]
-            return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank)
+            return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank,
+                           reports[rank].get("detail"))
         if running_then:
             rank = running_then[0]
             others = ", ".join(map(str, sorted(reports)))
-            cause = next(iter(reports.values()))["message"]
+            cause = next(iter(reports.values()))
             return Outcome("failed", f"rank {rank} stopped responding (still running but not "
-                           f"taking part in collectives); rank(s) {others} gave up: {cause}", rank)
+                           f"taking part in collectives); rank(s) {others} gave up: "
+                           f"{cause['message']}", rank, cause.get("detail"))
         rank = min(reports)
-        return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank)
+        return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank,
+                       reports[rank].get("detail"))
 
     def _report(self, rank: int, code: int) -> dict:
         """What a failed worker said about itself, or what its exit code and log tell."""

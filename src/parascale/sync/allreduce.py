@@ -47,6 +47,7 @@ class AllReduce(Strategy):
     and any bucket still queued when the last gradient is ready) is the "sync" phase."""
 
     name = "allreduce"
+    exchanges_every_step = True
 
     def wrap(self, model: nn.Module) -> nn.Module:
         device_ids = [self.world.device] if self.world.device.type == "cuda" else None

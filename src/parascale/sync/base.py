@@ -37,6 +37,10 @@ class Strategy:
     name = "base"
     #: False for baselines that never exchange gradients (replicas diverge by design)
     exchanges_gradients = True
+    #: True when the ranks exchange every step, so they are in lockstep and a per-step
+    #: collective adds no synchronisation point (the divergence check all-reduces the loss);
+    #: False where that would add synchronisation the strategy does not have
+    exchanges_every_step = False
 
     def __init__(self, cfg: TrainConfig, world: World):
         self.cfg = cfg

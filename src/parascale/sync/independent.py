@@ -12,6 +12,7 @@ from parascale.sync.base import Strategy
 class Independent(Strategy):
     name = "none"
     exchanges_gradients = False
+    exchanges_every_step = False
 
     def wrap(self, model):
         self.bytes_per_step = 0

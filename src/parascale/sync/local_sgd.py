@@ -27,6 +27,10 @@ from parascale.sync.flat import Flat
 class LocalSGD(Strategy):
     name = "local-sgd"
 
+    @property
+    def exchanges_every_step(self) -> bool:
+        return self.cfg.period == 1
+
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model
         self.flat = Flat(model)

@@ -139,6 +139,10 @@ class ServerProcesses:
 class ParameterServer(Strategy):
     name = "parameter-server"
 
+    @property
+    def exchanges_every_step(self) -> bool:  # sync: the servers wait for every worker
+        return self.cfg.ps_mode == "sync"
+
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model
         world, cfg = self.world, self.cfg

@@ -21,6 +21,7 @@ ROOT = 0
 
 class ReduceBroadcast(Strategy):
     name = "reduce-broadcast"
+    exchanges_every_step = True
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model

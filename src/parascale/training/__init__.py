@@ -29,6 +29,7 @@ from parascale.runtime import (check_oversubscription, external_launcher, extern
                                open_store, resolve_backend, resolve_device_type)
 from parascale.runtime.scratch import make_dir
 from parascale.runtime.staging import Staging
+from parascale.runtime import faults
 from parascale.training import record as rec
 from parascale.training.loop import Plan, make_plan, run_worker
 
@@ -57,6 +58,7 @@ def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str
     instead of once per configuration (building digits alone takes about 50 ms).
     """
     validate(cfg)
+    faults.check()  # a malformed PARASCALE_FAULT would fail in every worker
     sync.check(cfg.sync)
     models.check(cfg.model)
     with _no_new_folders_on_error(cfg.data_dir if cfg.download else None):
@@ -202,4 +204,4 @@ def _run_job(cfg: TrainConfig, size: int, derived: dict[str, Any], store,
         return record
     (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
     return rec.failure_record({**resolved.to_dict(), "out": cfg.out}, outcome.status,
-                              outcome.message, derived)
+                              outcome.message, derived, detail=outcome.detail)

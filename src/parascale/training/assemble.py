@@ -41,7 +41,7 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
     derived = {**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
                "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()}
     record = {
-        "schema": rec.SCHEMA, "status": "ok", "reason": None,
+        "schema": rec.SCHEMA, "status": "ok", "reason": None, "detail": None,
         "config": {**cfg.to_dict(), "workers": world.size},
         "derived": derived,
         "environment": rec.environment(world.backend, world.device.type,

@@ -24,15 +24,11 @@ from parascale.runtime.faults import Faults
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
 from parascale.training.contention import CpuWatch, epoch_load
+from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
 from parascale.training.measure import StepClock
 from parascale.training.record import now
 from parascale.training.sampling import steps_per_epoch, train_shard
-
-
-class NonFiniteLoss(RuntimeError):
-    """The training loss became NaN or infinite; decided on the all-reduced loss, so every rank
-    stops at the same step with the same message."""
 
 
 @dataclass
@@ -113,6 +109,8 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
     per_device, accumulate = plan.derived.per_device_batch, cfg.accumulate
     if world.is_main:
         _banner(cfg, world, plan, bundle)
+    watch = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
+        cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
 
     clock = StepClock(device)
     steady_rows: list[list[float]] = []
@@ -152,7 +150,10 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
             clock.mark()
             for m, (x, y) in enumerate(micro):
                 with strategy.accumulating(last=m == accumulate - 1), _autocast(cfg, device):
-                    loss = loss_fn(net(x), y)
+                    loss = faults.loss(step, loss_fn(net(x), y))
+                step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
+                if m == accumulate - 1:
+                    watch.observe(step, step_loss, rate)  # an all-reduce overlapping the step
                 scaled = loss / accumulate
                 (scaler.scale(scaled) if scaler else scaled).backward()
                 loss_sum += loss.detach().double() * y.shape[0]
@@ -163,8 +164,10 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
             optimizer.zero_grad(set_to_none=True)
             clock.boundary()
             strategy.after_step(step)
+            watch.settle()  # decides the step before: its wait, if any, counts as sync
             clock.stop()
             progress.update()
+        watch.settle(final=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - t_epoch
@@ -222,10 +225,7 @@ def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,
     dist.all_gather(gathered, mine)
     per_rank = [float(g[0]) for g in gathered]
     other, steal = epoch_load([g[1:].tolist() for g in gathered])
-    train_loss = float(totals[0] / totals[1])
-    if not math.isfinite(train_loss):
-        raise NonFiniteLoss(f"training loss is {train_loss} in epoch {epoch} (learning rate "
-                            f"{rate:g}); lower --lr or add --warmup-epochs")
+    train_loss = float(totals[0] / totals[1])  # finite: every step's loss was checked
     wall = max(per_rank)
     return {"epoch": epoch, "warmup": epoch == 1, "steps": steps,
             "partial": steps < plan.steps_per_epoch, "wall_time_s": wall,

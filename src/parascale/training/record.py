@@ -67,9 +67,12 @@ def write(out_dir: str | os.PathLike, record: dict[str, Any]) -> Path:
 
 
 def failure_record(config: dict[str, Any], status: str, reason: str, derived: dict | None,
-                   environment_: dict | None = None) -> dict[str, Any]:
-    """A record for a run that did not finish: never claims success, always says why."""
-    return {"schema": SCHEMA, "status": status, "reason": reason, "config": config,
-            "derived": derived, "environment": environment_, "epochs": [], "steps": None,
-            "memory": None, "time_to_accuracy": None, "sync": None, "machine": None,
-            "timing": None, "summary": None, "study": None}
+                   environment_: dict | None = None, detail: str | None = None) -> dict[str, Any]:
+    """A record for a run that did not finish: never claims success, always says why.
+
+    ``detail`` is the failing rank's traceback: the user sees the one-line ``reason``, and
+    whoever needs more finds it here."""
+    return {"schema": SCHEMA, "status": status, "reason": reason, "detail": detail,
+            "config": config, "derived": derived, "environment": environment_, "epochs": [],
+            "steps": None, "memory": None, "time_to_accuracy": None, "sync": None,
+            "machine": None, "timing": None, "summary": None, "study": None}

@@ -1,0 +1,152 @@
+"""The divergence check: a NaN or infinite training loss stops the run at the step it appears,
+with advice that fits the run's settings.
+
+Every rank must stop at the same step, or the ranks that carry on wait in their next collective
+until the timeout. Strategies whose ranks exchange every step (``Strategy.exchanges_every_step``)
+therefore decide on an all-reduce of every rank's loss (each rank fills its own slot, so the
+message can name the ranks where it happened). The all-reduce is issued asynchronously after
+the step's last forward, and step S is decided at the end of step S + 1 (and at the end of an
+epoch): by then it finished long ago, so the host does not wait for it, and the point of
+decision is the same on every rank. The step named is S; step S + 1 merely ran on with NaNs.
+Strategies whose ranks do not exchange every step (``none``, local SGD with a period above 1,
+the asynchronous parameter server) decide on each rank's own loss: a per-step collective would
+add the very synchronisation they do without and distort what they measure. The rank that stops
+is named by the launcher's failure attribution (its peers only see broken connections).
+
+On CUDA the loss reaches the host through pinned memory and an event recorded after step S, so
+deciding S waits for the device to finish S, not S + 1: the host stays up to a step ahead.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from parascale.config import Derived, TrainConfig
+from parascale.errors import KnownFailure
+from parascale.runtime import World
+
+
+class NonFiniteLoss(KnownFailure):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class _Pending:
+    step: int
+    rate: float  # the step's learning rate, for the message
+    values: torch.Tensor  # one slot per rank (collective) or this rank's loss alone
+    work: Any = None  # the all-reduce in flight
+    host: torch.Tensor | None = None  # CUDA: the pinned copy, complete once ``ready`` is
+    ready: Any = None  # CUDA: an event after the copy
+
+
+class DivergenceWatch:
+    """Given every step's loss (``observe``) and asked after every step (``settle``)."""
+
+    def __init__(self, world: World, collective: bool, explain):
+        self.world = world
+        self.collective = collective and world.size > 1
+        self.explain = explain  # (step, rate) -> the settings and the advice, one line
+        self.cuda = world.device.type == "cuda"
+        self.pending: list[_Pending] = []
+
+    def observe(self, step: int, loss: torch.Tensor, rate: float) -> None:
+        """The step's loss, known after its last forward; nothing here waits."""
+        if self.collective:
+            values = torch.zeros(self.world.size, dtype=torch.float64, device=loss.device)
+            values[self.world.rank] = loss.detach()
+            self.pending.append(_Pending(step, rate, values,
+                                         dist.all_reduce(values, async_op=True)))
+        else:
+            self.pending.append(_Pending(step, rate, loss.detach().double().reshape(1)))
+
+    def settle(self, final: bool = False) -> None:
+        """After every step: decide the steps before this one (every step with ``final``, at
+        the end of an epoch); raise NonFiniteLoss for the first bad one."""
+        if self.cuda:
+            for item in self.pending:
+                self._to_host(item)
+        while len(self.pending) > (0 if final else 1):
+            item = self.pending.pop(0)
+            if self.cuda:
+                item.ready.synchronize()
+            elif item.work is not None:
+                item.work.wait()
+            self._decide(item, (item.host if self.cuda else item.values).tolist())
+
+    def _to_host(self, item: _Pending) -> None:
+        """Start the copy of a step's result to pinned host memory; nothing here waits."""
+        if item.ready is None:
+            if item.work is not None:
+                item.work.wait()  # NCCL: the current stream waits for the all-reduce, not the host
+            item.host = torch.empty_like(item.values, device="cpu").pin_memory()
+            item.host.copy_(item.values, non_blocking=True)
+            item.ready = torch.cuda.Event()
+            item.ready.record()
+
+    def _decide(self, item: _Pending, values: list[float]) -> None:
+        bad = [r for r, v in enumerate(values) if not math.isfinite(v)]
+        if not bad:
+            return
+        advice_ = self.explain(item.step, item.rate)
+        if not self.collective:
+            raise NonFiniteLoss(f"training loss is {values[0]} at step {item.step} on rank "
+                                f"{self.world.rank} (decided by that rank alone: its strategy "
+                                f"does not exchange every step); {advice_}")
+        where = f"rank {bad[0]}" if len(bad) == 1 else f"ranks {_ranks(bad)}"
+        raise NonFiniteLoss(f"training loss is {values[bad[0]]} at step {item.step} on {where} "
+                            f"(of {self.world.size}); {advice_}",
+                            secondary=self.world.rank not in bad)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8
+                                             else "")
+
+
+def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_steps: int,
+           step: int, rate: float) -> str:
+    """Where the step was, the settings that make a step large, and what to change, one line.
+
+    Any of them can make a loss diverge, so each one set is named with its value: the scaled
+    rate and its rule, warm-up or none, momentum (which multiplies the step up to 1/(1-m)), and
+    reduced precision; the advice leaves out what is not set (no warm-up to lengthen, no
+    momentum to lower).
+    """
+    epoch, within = (step - 1) // steps_per_epoch + 1, (step - 1) % steps_per_epoch + 1
+    settings = [f"epoch {epoch}" + (f" (its step {within})" if epoch > 1 else ""),
+                f"learning rate {rate:g}"]
+    tries = []
+    if cfg.precision == "fp16":
+        tries.append("--precision bf16 (fp16 overflows above 65504)")
+    scaled = derived.effective_lr > cfg.lr
+    if cfg.lr_scaling != "none":
+        settings[-1] += (f" ({cfg.lr_scaling} scaling of --lr {cfg.lr:g} from batch "
+                         f"{derived.base_batch} to {derived.global_batch} gives "
+                         f"{derived.effective_lr:g})")
+    if not warmup_steps:
+        settings.append("no warm-up")
+        if scaled:
+            tries.append("--warmup-epochs 5 (a scaled rate needs a gradual warm-up)")
+    elif step <= warmup_steps:
+        settings.append(f"in warm-up (step {step} of {warmup_steps})")
+        tries.append("a longer --warmup-epochs")
+    else:
+        settings.append(f"after {cfg.warmup_epochs:g} warm-up epoch(s)")
+    if scaled and cfg.lr_scaling == "linear":
+        tries.append("--lr-scaling sqrt")
+    tries.append(f"a lower --lr (now {cfg.lr:g})")
+    if cfg.momentum > 0:
+        settings.append(f"momentum {cfg.momentum:g} (steps up to {1 / (1 - cfg.momentum):.3g}x "
+                        "the rate)" if cfg.momentum < 1 else f"momentum {cfg.momentum:g}")
+        tries.append(f"a lower --momentum (now {cfg.momentum:g})")
+    if cfg.precision != "fp32":
+        settings.append(f"precision {cfg.precision}")
+    if cfg.precision == "bf16":
+        tries.append("--precision fp32")
+    return f"{', '.join(settings)}; try {', '.join(tries[:-1])}, or {tries[-1]}" \
+        if len(tries) > 1 else f"{', '.join(settings)}; try {tries[0]}"
