@@ -109,15 +109,15 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
     per_device, accumulate = plan.derived.per_device_batch, cfg.accumulate
     if world.is_main:
         _banner(cfg, world, plan, bundle)
-    watch = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
+    divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
 
     clock = StepClock(device)
     steady_rows: list[list[float]] = []
     warmup_rows: list[list[float]] = []
     epochs, tta, step = [], None, 0
-    watch = CpuWatch(world.host, world.local_rank)
-    watch.start_window()
+    cpu = CpuWatch(world.host, world.local_rank)
+    cpu.start_window()
     setup_s = time.perf_counter() - t_setup
     t_start, first_step_at = time.perf_counter(), time.time()
     for epoch in range(1, plan.epochs + 1):
@@ -126,7 +126,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         progress = tqdm(total=count, unit="step", file=sys.stderr, mininterval=0.5, miniters=1,
                         disable=None if world.is_main else True, leave=False,
                         desc=f"epoch {epoch}/{plan.epochs}")
-        watch.start_epoch()
+        cpu.start_epoch()
         shard = train_shard(len(bundle.train), per_device, world.size, world.rank, accumulate,
                             cfg.seed, epoch, count)
         # augmentation randomness differs per rank and epoch, yet is reproducible
@@ -153,7 +153,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
                     loss = faults.loss(step, loss_fn(net(x), y))
                 step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
                 if m == accumulate - 1:
-                    watch.observe(step, step_loss, rate)  # an all-reduce overlapping the step
+                    divergence.observe(step, step_loss, rate)  # an all-reduce overlapping the step
                 scaled = loss / accumulate
                 (scaler.scale(scaled) if scaler else scaled).backward()
                 loss_sum += loss.detach().double() * y.shape[0]
@@ -164,10 +164,10 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
             optimizer.zero_grad(set_to_none=True)
             clock.boundary()
             strategy.after_step(step)
-            watch.settle()  # decides the step before: its wait, if any, counts as sync
+            divergence.settle()  # decides the step before: its wait, if any, counts as sync
             clock.stop()
             progress.update()
-        watch.settle(final=True)
+        divergence.settle(final=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - t_epoch
@@ -179,7 +179,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
             warmup_rows = clock.rows
         clock.rows = []
         entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
-                             watch.end_epoch())
+                             cpu.end_epoch())
         if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
             strategy.before_evaluation()
             entry["test_loss"], entry["test_accuracy"] = evaluate(
@@ -194,7 +194,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
             break
     strategy.finish()
     total_s = time.perf_counter() - t_start
-    window = watch.end_window()
+    window = cpu.end_window()
     if len(epochs) > 1:
         excluded = "epoch 1 (warm-up)"
         partial = "" if epochs[-1]["steps"] == plan.steps_per_epoch else \
