@@ -255,7 +255,7 @@ def test_a_study_builds_each_data_set_once_and_probes_each_model_once(monkeypatc
 
 
 def test_configurations_with_different_data_are_checked_against_their_own_data():
-    with pytest.raises(UsageError, match="larger than the 48 training samples"):
+    with pytest.raises(UsageError, match="synthetic has 48"):
         make_jobs(combine(options={**TINY, "dataset": "synthetic", "batch_size": 64},
                           workers="1", variables=[("synthetic_size", [2048, 48])]))
 

@@ -31,7 +31,7 @@ _REGISTRY: dict[str, str] = {
 #: The TrainConfig fields a data set is built from (every loader reads only these): configurations
 #: that agree on them have the same data, which a study then builds once to check them all.
 FIELDS = ("dataset", "data_dir", "download", "image_size", "augment", "seed", "num_classes",
-          "synthetic_shape", "synthetic_size")
+          "synthetic_shape", "synthetic_size", "verify_data")
 
 
 def names() -> list[str]:

@@ -110,7 +110,7 @@ def _batch_too_large(cfg: TrainConfig, plan: Plan, size: int) -> str:
     if n // (size * micro):
         options.append(f"a batch of at most {n // (size * micro)} per device")
     advice = " or ".join(options) or f"at most {n // micro} workers at batch 1"
-    return f"{size} workers x batch {per_device}{accumulation} need " \
+    return f"{size} worker{'s' if size != 1 else ''} x batch {per_device}{accumulation} need " \
         f"{plan.derived.global_batch} training samples per step; {name} has {n}: use {advice}"
 
 
