@@ -91,7 +91,7 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
         default = field.default if field.default is not dataclasses.MISSING else \
             field.default_factory()  # type: ignore[misc]
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        text = docs.get(field.name, "")
+        text = docs.get(field.name, "").replace("%", "%%")  # argparse formats help with %
         if default not in (None, (), {}, False):
             text += f" (default: {shown})"
         common = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
