@@ -23,7 +23,8 @@ from typing import Any
 # about a second per epoch. 5 epochs leave 4 steady epochs after the warm-up. The weak and strong
 # batches never give the same configuration twice; no learning-rate scaling, because the
 # contention baseline's independent replicas diverged with the linearly scaled rate. On 2 cores:
-# 6 configurations run twice: about 80 s on a quiet machine, more when other jobs compete.
+# 6 configurations run twice: 294 s on a quiet machine (benchmarks/RESULTS-demo.md), most of it
+# the start-up of each run's processes.
 FULL: dict[str, Any] = {"model": "resnet20", "dataset": "digits", "image_size": 16,
                         "epochs": 5, "target_accuracy": 0.9, "lr": 0.05}
 QUICK: dict[str, Any] = {"model": "smallcnn", "dataset": "digits", "epochs": 2,
@@ -36,10 +37,11 @@ STRONG_BATCH = 64  # global (per device 64/N)
 DESCRIPTION = """\
 Run a built-in scaling study on this machine: weak scaling (per-device batch 16) and strong
 scaling (global batch 64) of a CIFAR-style ResNet-20 on the bundled digits, resized to 16x16,
-over 1, 2, 4,
-... and all CPU cores (at most 16), each N > 1 also without synchronisation (the contention
-baseline: same processes, gradients never exchanged), 5 epochs with a 90% accuracy target,
-every configuration twice (medians, with the spread). About 80 s on 2 quiet cores. Ends with the summary table (speedup, efficiency, sync cost,
+over 1, 2, 4, ... and all CPU cores (at most 16), each N > 1 also without synchronisation
+(the contention baseline: same processes, gradients never exchanged), 5 epochs with a 90%
+accuracy target,
+every configuration twice (medians, with the spread). It took 294 s on 2 quiet vCPUs
+(benchmarks/RESULTS-demo.md). Ends with the summary table (speedup, efficiency, sync cost,
 time-to-accuracy) and the path of the HTML report.
 
 The demo is an ordinary 'parascale bench' study folder (studies/demo, or studies/demo-quick for
@@ -51,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from parascale.cli.bench_cmd import add_quiet_option
 
     parser = subparsers.add_parser(
-        "demo", help="run a built-in weak and strong scaling study on this machine (1-2 min)",
+        "demo", help="run a built-in weak and strong scaling study on this machine (about 5 "
+        "min on 2 cores)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, metavar="STUDY",
                         help="study folder (default: studies/demo, or studies/demo-quick with "
@@ -59,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
                         help="which recorded runs to run again (default: never, i.e. re-use)")
     parser.add_argument("--quick", action="store_true",
-                        help="a much smaller version (8x8 digits, 2 epochs, no baselines): ~30 s")
+                        help="a much smaller version (8x8 digits, 2 epochs, no baselines): 49 s "
+                        "on 2 quiet vCPUs")
     add_quiet_option(parser)
     parser.set_defaults(func=run)
     return parser
