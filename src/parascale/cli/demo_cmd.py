@@ -39,8 +39,7 @@ Run a built-in scaling study on this machine: weak scaling (per-device batch 16)
 scaling (global batch 64) of a CIFAR-style ResNet-20 on the bundled digits, resized to 16x16,
 over 1, 2, 4, ... and all CPU cores (at most 16), each N > 1 also without synchronisation
 (the contention baseline: same processes, gradients never exchanged), 5 epochs with a 90%
-accuracy target,
-every configuration twice (medians, with the spread). It took 294 s on 2 quiet vCPUs
+accuracy target, every configuration twice (medians, with the spread). It took 294 s on 2 quiet vCPUs
 (benchmarks/RESULTS-demo.md). Ends with the summary table (speedup, efficiency, sync cost,
 time-to-accuracy) and the path of the HTML report.
 
