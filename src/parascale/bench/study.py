@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import json
 import re
-import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +21,7 @@ from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
 from parascale.config import (STRATEGY_OPTIONS, TUPLE_FIELDS, TrainConfig, available_cores,
-                              derive, validate)
+                              derive, field_kinds, validate)
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
@@ -167,16 +165,9 @@ def referenced_names(inputs: StudyInputs) -> set[str]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
-def _base_kind(name: str) -> Any:
-    kind = typing.get_type_hints(TrainConfig)[name]  # slow (evaluates every annotation): cached
-    args = [a for a in typing.get_args(kind) if a is not type(None)]
-    return args[0] if len(args) == 1 else kind
-
-
 def _coerce(name: str, value: Any) -> Any:
     """Friendly conversions for values computed or typed in a study: 16.0 -> 16, '0,1' -> [0, 1]."""
-    kind = _base_kind(name)
+    kind, _ = field_kinds()[name]
     if name in TUPLE_FIELDS:
         if isinstance(value, str):
             try:

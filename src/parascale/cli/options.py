@@ -16,7 +16,7 @@ from typing import Any
 
 from parascale import config as config_module
 from parascale.bench.plan import parse_value
-from parascale.config import TrainConfig
+from parascale.config import TrainConfig, field_kinds
 
 # help sections: the first field of each
 SECTIONS = {
@@ -69,17 +69,9 @@ def _key_value(text: str) -> tuple[str, Any]:
     return key.strip(), parse_value(value)
 
 
-def _kind(annotation: Any) -> Any:
-    """The non-None part of ``X | None``."""
-    args = typing.get_args(annotation)
-    rest = [a for a in args if a is not type(None)]
-    return rest[0] if len(rest) == 1 and len(args) == 2 else annotation
-
-
 def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
                       exclude: set[str] | frozenset[str] = frozenset()) -> None:
     """Add one option per TrainConfig field, grouped as in SECTIONS; none for ``exclude``."""
-    hints = typing.get_type_hints(TrainConfig)
     docs = field_docs()
     group: Any = parser
     for field in dataclasses.fields(TrainConfig):
@@ -87,7 +79,7 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
             group = parser.add_argument_group(SECTIONS[field.name])
         if field.name in exclude:
             continue
-        kind = _kind(hints[field.name])
+        kind, _ = field_kinds()[field.name]
         default = field.default if field.default is not dataclasses.MISSING else \
             field.default_factory()  # type: ignore[misc]
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
