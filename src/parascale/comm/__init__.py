@@ -18,7 +18,6 @@ import dataclasses
 import json
 import math
 import re
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,8 +138,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
     from parascale.files import check_writable_folder
     from parascale.runtime import (check_oversubscription, external_launcher, external_size,
                                    launch, open_store, resolve_device_type)
-    from parascale.runtime.scratch import make_dir
-    from parascale.runtime.staging import Staging
+    from parascale.runtime.staging import produce
 
     if external_launcher():
         size = external_size()
@@ -169,16 +167,8 @@ def run(cfg: CommConfig) -> dict[str, Any]:
         record["config"]["out"] = cfg.out
         return record
 
-    if not cfg.out:
-        scratch = make_dir("parascale-comm-")
-        try:
-            return measure(scratch)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    with Staging(cfg.out) as staging:
-        record = measure(staging.path)
-        staging.commit(RECORD_NAME, json.dumps(record, indent=2) + "\n")
-        return record
+    return produce(cfg.out, "parascale-comm-", measure, RECORD_NAME,
+                   lambda record: json.dumps(record, indent=2) + "\n")
 
 
 def format_table(record: dict[str, Any]) -> str:

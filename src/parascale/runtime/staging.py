@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from parascale.files import atomic_write_text
 from parascale.runtime.scratch import make_dir, sweep
@@ -75,3 +77,21 @@ class Staging:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def produce(out: str | None, scratch_prefix: str, run: Callable[[Path], dict[str, Any]],
+            record_name: str, text: Callable[[dict[str, Any]], str],
+            companions: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``run(folder)`` writes a job's files into ``folder`` and returns its record. With ``out``
+    the results replace the previous set there (:class:`Staging`); without it they are kept
+    nowhere (a scratch folder, removed afterwards) and only the record is returned."""
+    if not out:
+        scratch = make_dir(scratch_prefix)
+        try:
+            return run(scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    with Staging(out) as staging:
+        record = run(staging.path)
+        staging.commit(record_name, text(record), companions)
+        return record

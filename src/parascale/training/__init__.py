@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +26,7 @@ from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size, launch,
                                open_store, resolve_backend, resolve_device_type)
-from parascale.runtime.scratch import make_dir
-from parascale.runtime.staging import Staging
+from parascale.runtime.staging import produce
 from parascale.runtime import faults
 from parascale.training import record as rec
 from parascale.training.loop import Plan, make_plan, run_worker
@@ -176,16 +174,9 @@ def _timing(record: dict[str, Any], since: tuple[str, float]) -> dict[str, Any]:
 def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any],
                   since: tuple[str, float]) -> dict[str, Any]:
     store = open_store(cfg.port)  # a busy --port is refused before anything is written
-    if not cfg.out:  # nothing is kept: the record is read back from a scratch folder
-        scratch = make_dir("parascale-run-")
-        try:
-            return _run_job(cfg, size, derived, store, scratch, since)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    with Staging(cfg.out) as staging:
-        record = _run_job(cfg, size, derived, store, staging.path, since)
-        staging.commit(rec.RECORD_NAME, rec.dumps(record), companions=(rec.MODEL_NAME,))
-        return record
+    return produce(cfg.out, "parascale-run-",
+                   lambda folder: _run_job(cfg, size, derived, store, folder, since),
+                   rec.RECORD_NAME, rec.dumps, companions=(rec.MODEL_NAME,))
 
 
 def _run_job(cfg: TrainConfig, size: int, derived: dict[str, Any], store,
