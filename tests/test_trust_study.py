@@ -58,6 +58,18 @@ def test_one_configuration_shows_no_speedup_and_says_what_is_missing(tmp_path):
     assert "nothing to compare against" in sentence and "--workers 1,2" in sentence
 
 
+def test_the_note_before_a_plan_without_one_worker_promises_no_speedup():
+    from types import SimpleNamespace
+
+    from parascale.bench.study import reference_warning
+
+    jobs = [SimpleNamespace(world_size=n, skip_reason=None) for n in (2, 4)]
+    note = reference_warning(jobs)
+    assert "no speedup" in note and "relative to 2 workers" in note
+    assert "scaled perfectly" not in note  # the old note promised a speedup on that assumption
+    assert reference_warning([SimpleNamespace(world_size=1, skip_reason=None)]) is None
+
+
 @pytest.mark.slow
 def test_bare_bench_summary_never_invents_a_speedup(tmp_path, capsys):
     """The user's case: bench with no study options, then its summary."""

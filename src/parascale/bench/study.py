@@ -399,8 +399,9 @@ def reference_warning(jobs: Sequence[Job]) -> str | None:
         return (f"one worker count ({counts[0]}) and no 1-worker run: the summary shows "
                 f"throughput but no speedup or efficiency (add --workers 1,{counts[0]}, or "
                 "--scaling weak|strong for a whole study)")
-    return (f"no 1-worker run: speedup and efficiency will be relative to {counts[0]} workers, "
-            f"assuming those scaled perfectly (add 1 to --workers to measure it)")
+    return (f"no 1-worker run: the summary shows no speedup, only throughput relative to "
+            f"{counts[0]} workers and an efficiency relative to them (add 1 to --workers for a "
+            "speedup)")
 
 
 def plan_table(jobs: Sequence[Job], repeat: int = 1) -> str:

@@ -74,8 +74,10 @@ DEFINITIONS = [
     ("~ (within noise)", "the interval includes no change (speedup 1× the reference, efficiency "
                          "100%, a cost of 0): the difference is not measurable here and is never "
                          "stated as a result"),
-    ("ref", "the reference row of a study without a 1-worker run: its own speedup would only "
-            "restate the assumption that it scaled perfectly, so none is shown"),
+    ("ref, vs N", "a study without a 1-worker run has no speedup: 'ref' marks its smallest N, "
+                  "'× vs N' is the measured throughput relative to it, and the efficiency is "
+                  "relative to it too (N·X/(workers·X_ref)); nothing assumes that N workers "
+                  "scaled perfectly"),
     ("busy machine", "a run during which other programs used at least a tenth of the cores "
                      "(at least a quarter of one), measured from the kernel's CPU counters "
                      "(the record's machine block)"),
