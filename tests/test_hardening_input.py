@@ -307,6 +307,18 @@ def test_dry_run_and_resume_treat_hostile_records_as_not_recorded(tmp_path, caps
     assert records[jobs[1].folder]["status"] == "skipped"
 
 
+def test_a_hostile_plan_json_is_no_plan_for_report_and_resume(tmp_path, capsys):
+    study = tmp_path / "study"
+    write_study(study, [record(1, 100.0), record(2, 190.0)])
+    (study / "plan.json").write_text(NESTED)  # json.loads alone: RecursionError
+    assert main(["report", str(study)]) == 0  # taken whole, as a folder without a plan
+    assert "1.90×" in capsys.readouterr().out
+    jobs = make_jobs(combine(options={**TINY, "global_batch": 63}, scaling="strong",
+                             workers="1,2"))
+    records = run_study(study, jobs[1:])  # the skipped one: no training; a plan afresh
+    assert records[jobs[1].folder]["status"] == "skipped"
+
+
 def test_plot_labels_are_short_whatever_the_model_name(tmp_path):
     rows = summary_rows(load_records([write_study(tmp_path / "s", [
         rec("a", 1, 100.0, model="pkg." + "m" * 9_000 + ":build"),

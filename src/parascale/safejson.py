@@ -17,11 +17,12 @@ from typing import Any
 
 __all__ = ["Refused", "MAX_BYTES", "MAX_DEPTH", "MAX_CHARS", "load", "loads", "check_shape",
            "check_types",
-           "read_record", "RUN_RECORD", "RECORD_SCHEMA", "STATUSES"]
+           "read_plan", "read_record", "RUN_RECORD", "RECORD_SCHEMA", "STATUSES"]
 
 MAX_BYTES = 32 * 2**20  # a record of 1,000 epochs on 64 ranks is about 2 MB
 MAX_DEPTH = 64  # a record nests 4 deep; study parameters may add a few levels
 MAX_CHARS = 10_000  # model names, reasons, paths; the planner's own string limit is the same
+MAX_PLAN_BYTES = 256 * 2**20  # a study's plan.json: up to 100,000 runs with their parameters
 
 RECORD_SCHEMA = "parascale.run/1"
 STATUSES = ("ok", "failed", "oom", "skipped")
@@ -179,4 +180,13 @@ def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise Refused(f"unknown status {_quote(status)} (expected one of {', '.join(STATUSES)})",
                       "invalid")
     check_types(data, RUN_RECORD)
+    return data
+
+
+def read_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A study's ``plan.json`` (an object whose ``runs`` is a list), or :class:`Refused`. It is
+    ``parascale bench``'s own file, but a study folder may come from anywhere, like a record."""
+    data = load(path, max_bytes=MAX_PLAN_BYTES)
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise Refused("not a parascale study plan (no list of runs)", "invalid")
     return data

@@ -40,7 +40,7 @@ from parascale.bench.study import Job
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
-from parascale.safejson import Refused, read_record
+from parascale.safejson import Refused, read_plan, read_record
 from parascale.training import record as rec
 
 __all__ = ["RERUN", "StudyRunner", "run_study", "existing_records"]
@@ -251,12 +251,9 @@ class StudyRunner:
 
     def _earlier_plan(self) -> dict[str, Any] | None:
         try:
-            plan = json.loads((self.study / PLAN).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+            return read_plan(self.study / PLAN)
+        except Refused:  # none, or not one we can read: the study starts a plan afresh
             return None
-        if not isinstance(plan, dict) or not isinstance(plan.get("runs"), list):
-            return None
-        return plan
 
     def _compare_plans(self, earlier: dict[str, Any] | None) -> str:
         """'new', 'same', 'grown' or 'changed' (said, with what happens to the earlier runs)."""

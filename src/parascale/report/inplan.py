@@ -9,10 +9,10 @@ without a readable plan.json (a folder of train runs, an older study) is taken w
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from parascale.report.load import Loaded, Problem, RunRecord
+from parascale.safejson import Refused, read_plan
 
 PLAN = "plan.json"
 
@@ -20,13 +20,11 @@ PLAN = "plan.json"
 def planned_folders(study: Path) -> set[str] | None:
     """The run folders STUDY/plan.json lists, or None when there is no usable plan."""
     try:
-        plan = json.loads((study / PLAN).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        plan = read_plan(study / PLAN)
+    except Refused:
         return None
-    runs = plan.get("runs") if isinstance(plan, dict) else None
-    if not isinstance(runs, list):
-        return None
-    return {r["folder"] for r in runs if isinstance(r, dict) and isinstance(r.get("folder"), str)}
+    return {r["folder"] for r in plan["runs"]
+            if isinstance(r, dict) and isinstance(r.get("folder"), str)}
 
 
 def keep_planned(loaded: Loaded) -> Loaded:
