@@ -155,7 +155,7 @@ def read_only_folder(tmp_path: Path) -> Path:
 
 
 def a_record(folder: Path) -> Path:
-    from parascale.training.record import failure_record
+    from parascale.record import failure_record
 
     record = failure_record(TrainConfig(workers=1).to_dict(), "failed", "for the report", None)
     folder.mkdir(parents=True)

@@ -3,7 +3,7 @@
 ``parascale.train(config)`` runs one training job and returns its run record; it is imported
 lazily so that ``import parascale`` (and ``parascale --help``) stays fast.
 """
-__version__ = "0.1.0"
+from parascale.record import VERSION as __version__
 
 
 def __getattr__(name: str):

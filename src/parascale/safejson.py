@@ -5,8 +5,9 @@ come from anywhere: a copy off another machine, a hand edit, a hostile file. ``j
 turns 200 KB of brackets into a RecursionError, and a 200,000-character model name travels on
 into tables and plots. Here every document is refused, with a one-line reason, unless it is at
 most :data:`MAX_BYTES` long, nested at most :data:`MAX_DEPTH` deep and holds no string longer
-than :data:`MAX_CHARS`; a run record must also have the types that the report and the study
-runner rely on (:data:`RUN_RECORD`). Nothing here imports torch, so ``report`` stays light.
+than :data:`MAX_CHARS`; :func:`check_types` checks a document against a type spec (a run
+record's is :data:`parascale.record.RUN_RECORD`). Nothing here imports torch, so ``report``
+stays light.
 """
 from __future__ import annotations
 
@@ -16,16 +17,12 @@ import stat
 from typing import Any
 
 __all__ = ["Refused", "MAX_BYTES", "MAX_DEPTH", "MAX_CHARS", "load", "loads", "check_shape",
-           "check_types",
-           "read_plan", "read_record", "RUN_RECORD", "RECORD_SCHEMA", "STATUSES"]
+           "check_types", "read_plan"]
 
 MAX_BYTES = 32 * 2**20  # a record of 1,000 epochs on 64 ranks is about 2 MB
 MAX_DEPTH = 64  # a record nests 4 deep; study parameters may add a few levels
 MAX_CHARS = 10_000  # model names, reasons, paths; the planner's own string limit is the same
 MAX_PLAN_BYTES = 256 * 2**20  # a study's plan.json: up to 100,000 runs with their parameters
-
-RECORD_SCHEMA = "parascale.run/1"
-STATUSES = ("ok", "failed", "oom", "skipped")
 
 
 class Refused(ValueError):
@@ -101,28 +98,6 @@ def check_shape(data: Any, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_C
                 stack.extend((item, depth + 1, where, i) for i, item in enumerate(value))
 
 
-# The parts of a run record (docs/record.md) that the report and the study runner read, with the
-# types they need: a mapping is a section (itself checked), [spec] a list of such items, a tuple
-# the accepted types. Every field may be missing or null; what must be present is the reader's
-# business (the report requires the summary figures of an ok record, for example).
-_NUMBER = (int, float)
-RUN_RECORD: dict[str, Any] = {
-    "schema": (str,), "status": (str,), "reason": (str,),
-    "config": {"model": (str,), "dataset": (str,), "sync": (str,), "workers": (int,)},
-    "derived": {"world_size": (int,), "per_device_batch": (int,), "global_batch": (int,)},
-    "environment": {},
-    "epochs": [{"epoch": _NUMBER, "elapsed_s": _NUMBER, "test_accuracy": _NUMBER}],
-    "steps": {"phases": {"step": {"p50": _NUMBER, "p95": _NUMBER, "max": _NUMBER}},
-              "per_rank": [{"step_p50_s": _NUMBER, "step_p95_s": _NUMBER}]},
-    "time_to_accuracy": {"reached": (bool,), "target": _NUMBER, "elapsed_s": _NUMBER,
-                         "epoch": _NUMBER},
-    "summary": {"steady_throughput": _NUMBER, "steady_epoch_time_s": _NUMBER,
-                "final_test_accuracy": _NUMBER},
-    "study": {"config_id": (str,), "scaling": (str,), "repeat": (int,), "baseline": (bool,),
-              "params": {}},
-}
-
-
 def _kind(expected: Any) -> str:
     if isinstance(expected, dict):
         return "an object"
@@ -156,31 +131,6 @@ def check_types(data: Any, spec: Any, where: str = "") -> None:
                          for k, sub in expected.items())
         elif isinstance(expected, list):
             stack.extend((item, expected[0], f"{path}[{i}]") for i, item in enumerate(value))
-
-
-def _quote(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A run record of this parascale (any status), or :class:`Refused` saying why not."""
-    data = load(path)
-    if not isinstance(data, dict):
-        raise Refused("not a parascale run record (not a JSON object)", "invalid")
-    schema = data.get("schema")
-    if schema != RECORD_SCHEMA:
-        if isinstance(schema, str) and schema.startswith("parascale.run/"):
-            raise Refused(f"record schema {_quote(schema)} is not supported (this parascale reads "
-                          f"{RECORD_SCHEMA!r})", "invalid")
-        raise Refused(f"not a parascale run record (no \"schema\": \"{RECORD_SCHEMA}\")",
-                      "invalid")
-    status = data.get("status")
-    if status not in STATUSES:
-        raise Refused(f"unknown status {_quote(status)} (expected one of {', '.join(STATUSES)})",
-                      "invalid")
-    check_types(data, RUN_RECORD)
-    return data
 
 
 def read_plan(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -36,24 +36,23 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from parascale import record as rec
 from parascale.bench.study import Job
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
-from parascale.safejson import Refused, read_plan, read_record
-from parascale.training import record as rec
+from parascale.safejson import Refused, read_plan
 
 __all__ = ["RERUN", "StudyRunner", "run_study", "existing_records"]
 
 RERUN = ("never", "failed", "always")
 RUNS, STAGING, PLAN, LOCK = "runs", ".running", "plan.json", ".lock"
-PLAN_SCHEMA = "parascale.study/1"
 
 
 def _read(path: Path) -> dict[str, Any] | None:
     """A complete record at ``path``, or None (missing, unreadable, not a record)."""
     try:
-        return read_record(path)  # within limits and with checked types: files can be anything
+        return rec.read_record(path)  # within limits and with checked types: files can be anything
     except Refused:
         return None
 
@@ -116,7 +115,7 @@ class StudyRunner:
                  "per_device_batch": j.per_device_batch, "global_batch": j.global_batch,
                  "skip_reason": j.skip_reason, "params": j.params, "train": j.train}
                 for j in self.jobs]
-        plan = {"schema": PLAN_SCHEMA, "name": self.name, "written": rec.now(),
+        plan = {"schema": rec.PLAN_SCHEMA, "name": self.name, "written": rec.now(),
                 "inputs": inputs, "runs": runs}
         return atomic_write_text(self.study / PLAN,
                                  json.dumps(plan, indent=2, default=str) + "\n")

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from parascale.errors import UsageError
+from parascale.record import COMM_NAME as RECORD_NAME  # noqa: F401 (comm's own names)
+from parascale.record import COMM_SCHEMA as SCHEMA  # noqa: F401
 
-SCHEMA = "parascale.comm/1"
-RECORD_NAME = "comm.json"
 OPS = ("allreduce", "broadcast", "reduce", "all_gather")
 DEFAULT_SIZES = tuple(1024 * 4 ** i for i in range(10))  # 1 KiB .. 256 MiB
 ELEMENT_BYTES = 4  # float32

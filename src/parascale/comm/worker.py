@@ -15,7 +15,7 @@ from parascale.comm import (ELEMENT_BYTES, RECORD_NAME, SCHEMA, CommConfig, bus_
 from parascale.files import atomic_write_text
 from parascale.runtime import World, joined, resolve_backend, resolve_device_type
 from parascale.runtime.failure import serve_as_worker
-from parascale.training.record import environment, now
+from parascale.record import environment, now
 
 METHOD = ("per operation and size: warm-up iterations, then timed iterations (each one from "
           "its call to its completion, with the device synchronised on GPUs); time_s is the "

@@ -9,7 +9,7 @@ A STUDY argument may be
 
 Everything that cannot be used is kept as a :class:`Problem` with a reason, so that the report can
 list it: an unreadable or non-parascale JSON file (files are read by
-:func:`parascale.safejson.read_record`: limits on size, nesting and strings, field types checked),
+:func:`parascale.record.read_record`: limits on size, nesting and strings, field types checked),
 an ``ok`` record without its summary figures, a bench run folder without a record (interrupted).
 Records whose ``status`` is failed/oom/skipped are valid records: they are loaded and listed with
 their reasons, they just contribute no numbers.
@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from parascale.errors import UsageError
-from parascale.safejson import Refused, read_record
-
-RECORD_NAME = "record.json"
+from parascale.record import RECORD_NAME, read_record
+from parascale.safejson import Refused
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from parascale.runtime import (check_oversubscription, external_launcher, extern
                                open_store, resolve_backend, resolve_device_type)
 from parascale.runtime.staging import produce
 from parascale.runtime import faults
-from parascale.training import record as rec
+from parascale import record as rec
 from parascale.training.loop import Plan, make_plan, run_worker
 
 __all__ = ["train", "preflight", "world_size_for"]

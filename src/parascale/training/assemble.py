@@ -7,10 +7,10 @@ import socket
 import torch
 import torch.distributed as dist
 
+from parascale import record as rec
 from parascale.config import TrainConfig
 from parascale.files import atomic_write_bytes
 from parascale.runtime import World
-from parascale.training import record as rec
 from parascale.training.contention import machine_section
 from parascale.training.measure import peak_memory, steady_figures, step_summary
 

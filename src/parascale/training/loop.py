@@ -27,7 +27,7 @@ from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
 from parascale.training.measure import StepClock
-from parascale.training.record import now
+from parascale.record import now
 from parascale.training.sampling import steps_per_epoch, train_shard
 
 
