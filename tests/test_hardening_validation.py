@@ -261,7 +261,7 @@ def test_divergence_decision_is_the_same_on_every_rank_only_when_collective(tmp_
 
 
 def _advice(step: int = 3, rate: float = 0.8, **options) -> str:
-    from parascale.config import derive
+    from parascale.batch import derive
     from parascale.training.divergence import advice
 
     cfg = TrainConfig(**options)

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from parascale.config import TrainConfig, derive, resolve_lr
+from parascale.batch import derive, resolve_lr
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.training.lr import lr_at
 from parascale.training.sampling import epoch_order, eval_shard, train_shard

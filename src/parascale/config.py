@@ -188,20 +188,6 @@ class TrainConfig:
         return cls(**data)
 
 
-@dataclass(frozen=True)
-class Derived:
-    """Numbers computed once from a config and the world size, printed at start and recorded."""
-
-    world_size: int
-    per_device_batch: int
-    global_batch: int
-    effective_lr: float
-    base_batch: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 def _positive(name: str, value, allow_none: bool = True, kind=int) -> None:
     if value is None and allow_none:
         return
@@ -331,38 +317,3 @@ def _validate_strategy_options(cfg: TrainConfig) -> None:
         raise UsageError(f"--sync-option {', '.join(sorted(cfg.sync_options))}: the built-in "
                          "strategies take their own flags instead (--compression, "
                          "--powersgd-rank, --ps-mode, --ps-servers, --period)")
-
-
-def resolve_lr(lr: float, rule: str, global_batch: int, base_batch: int) -> float:
-    """The learning rate after the scaling rule (Goyal et al.: linear; Krizhevsky: sqrt)."""
-    ratio = global_batch / base_batch
-    if rule == "linear":
-        return lr * ratio
-    if rule == "sqrt":
-        return lr * math.sqrt(ratio)
-    return lr
-
-
-def derive(cfg: TrainConfig, world_size: int) -> Derived:
-    """Per-device and effective batch, and the effective learning rate, for this world size."""
-    micro = world_size * cfg.accumulate
-    if cfg.global_batch is not None:
-        if cfg.global_batch % micro:
-            raise UsageError(
-                f"--global-batch {cfg.global_batch} does not divide by {world_size} workers"
-                + (f" x {cfg.accumulate} accumulation steps" if cfg.accumulate > 1 else "")
-                + f"; try {max(micro, cfg.global_batch // micro * micro)}"
-            )
-        per_device = cfg.global_batch // micro
-        global_batch = cfg.global_batch
-    else:
-        per_device = cfg.batch_size or 32
-        global_batch = per_device * micro
-    base = cfg.base_batch or per_device
-    return Derived(
-        world_size=world_size,
-        per_device_batch=per_device,
-        global_batch=global_batch,
-        effective_lr=resolve_lr(cfg.lr, cfg.lr_scaling, global_batch, base),
-        base_batch=base,
-    )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parascale.batch import indivisible
 from parascale.bench import expr, safeyaml
 from parascale.bench.expr import REF_RE, ExprError, to_text
 from parascale.errors import UsageError
@@ -315,9 +316,9 @@ def scaling_configs(mode: str, workers: Sequence[int], batch_size: int | None = 
         raise PlanError(f"worker counts must be positive integers, got {list(workers)!r}")
     if mode == "weak":
         return [(n, value, n * value, None) for n in workers]
-    return [(n, value // n, value, None) if value % n == 0
-            else (n, None, value, f"global batch {value} does not divide by {n} workers")
-            for n in workers]
+    reasons = [indivisible(value, n) for n in workers]
+    return [(n, None if reason else value // n, value, reason)
+            for n, reason in zip(workers, reasons)]
 
 
 def _cut(text: str, limit: int = 80) -> str:

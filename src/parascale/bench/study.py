@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parascale import sync
+from parascale.batch import derive, indivisible
 from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
 from parascale.config import (STRATEGY_OPTIONS, TUPLE_FIELDS, TrainConfig, available_cores,
-                              derive, field_kinds, validate)
+                              field_kinds, validate)
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
@@ -274,15 +275,11 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker, used: set[str])
     validate(cfg)
     size = world_size_for(cfg)
     per_device = global_batch = None
+    if skip is None and scaling == "strong":  # a point of the plan, skipped with the reason
+        skip = indivisible(cfg.global_batch, size, cfg.accumulate)
     if skip is None:
-        try:
-            derived = derive(cfg, size)
-        except UsageError as exc:
-            if scaling != "strong":
-                raise
-            skip = str(exc).replace("--global-batch", "global batch")  # with accumulation
-        else:
-            per_device, global_batch = derived.per_device_batch, derived.global_batch
+        derived = derive(cfg, size)
+        per_device, global_batch = derived.per_device_batch, derived.global_batch
     if skip is None:
         check(cfg, size)
     return Job(run.config_id, run.config_id, dict(run.params), train, size, per_device,

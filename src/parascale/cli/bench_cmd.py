@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from parascale.batch import DEFAULT_BATCH
 from parascale.cli.options import add_train_options, config_from_args
 
 DESCRIPTION = """\
@@ -66,7 +67,6 @@ With --gpus G1,...,Gk, a run with N workers uses the first N GPUs of the list.
 
 
 DEFAULT_QUIET_S = 120.0  # --quiet-machine without a value
-DEFAULT_BATCH = 32  # per device, as parascale.config.derive assumes when no batch is given
 
 
 def add_quiet_option(group: Any) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from parascale import data, models, sync
+from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig, available_cores, validate
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
@@ -29,7 +30,7 @@ from parascale.runtime import (check_oversubscription, external_launcher, extern
 from parascale.runtime.staging import produce
 from parascale.runtime import faults
 from parascale import record as rec
-from parascale.training.loop import Plan, make_plan, run_worker
+from parascale.training.loop import run_worker
 
 __all__ = ["train", "preflight", "world_size_for"]
 

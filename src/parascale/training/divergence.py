@@ -25,7 +25,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parascale.config import Derived, TrainConfig
+from parascale.batch import Derived
+from parascale.config import TrainConfig
 from parascale.errors import KnownFailure
 from parascale.runtime import World
 

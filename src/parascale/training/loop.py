@@ -6,11 +6,11 @@ reduced across ranks before anyone reports them; rank 0 alone prints, shows prog
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -18,7 +18,9 @@ from torch import nn
 from tqdm import tqdm
 
 from parascale import data, models, sync
-from parascale.config import Derived, TrainConfig, derive
+from parascale.batch import Plan, make_plan
+from parascale.config import TrainConfig
+from parascale.record import now
 from parascale.runtime import World, joined, resolve_backend, resolve_device_type
 from parascale.runtime.faults import Faults
 from parascale.training import lr as lr_rule
@@ -27,27 +29,7 @@ from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
 from parascale.training.measure import StepClock
-from parascale.record import now
-from parascale.training.sampling import steps_per_epoch, train_shard
-
-
-@dataclass
-class Plan:
-    """Step arithmetic fixed before the first step."""
-
-    derived: Derived
-    steps_per_epoch: int
-    total_steps: int
-    epochs: int
-    warmup_steps: int
-    train_samples: int
-    test_samples: int
-
-    def record_section(self) -> dict:
-        """The record's ``derived`` numbers that are fixed before the first step."""
-        return {**self.derived.to_dict(), "steps_per_epoch": self.steps_per_epoch,
-                "total_steps": self.total_steps, "train_samples": self.train_samples,
-                "test_samples": self.test_samples}
+from parascale.training.sampling import train_shard
 
 
 def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
@@ -59,15 +41,6 @@ def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
     backend = resolve_backend(cfg.backend, device_type)
     with joined(device_type, backend, cfg.gpus, cfg.timeout, teardown) as world:
         return _train(cfg, world)
-
-
-def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int) -> Plan:
-    derived = derive(cfg, world_size)
-    per_epoch = steps_per_epoch(n_train, derived.global_batch)
-    total = cfg.steps if cfg.steps is not None else per_epoch * (cfg.epochs or 3)
-    epochs = math.ceil(total / per_epoch) if per_epoch else 0
-    return Plan(derived, per_epoch, total, epochs, round(cfg.warmup_epochs * per_epoch),
-                n_train, n_test)
 
 
 def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -87,8 +60,57 @@ def _build_model(cfg: TrainConfig, bundle, device: torch.device) -> nn.Module:
     return model
 
 
+@dataclass
+class _Run:
+    """What one worker's training needs from set-up to summary, and the steps taken so far."""
+
+    cfg: TrainConfig
+    world: World
+    plan: Plan
+    bundle: Any
+    strategy: Any
+    net: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: Any
+    faults: Faults
+    divergence: DivergenceWatch
+    clock: StepClock
+    cpu: CpuWatch
+    loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+    step: int = 0
+
+
 def _train(cfg: TrainConfig, world: World) -> dict | None:
     started, t_setup = now(), time.perf_counter()
+    run = _set_up(cfg, world)
+    setup_s = time.perf_counter() - t_setup
+    t_start, first_step_at = time.perf_counter(), time.time()
+    epochs, tta = [], None
+    warmup_rows: list[list[float]] = []
+    steady_rows: list[list[float]] = []
+    for epoch in range(1, run.plan.epochs + 1):
+        entry, rows = _epoch(run, epoch, t_start)
+        if epoch > 1:
+            steady_rows += rows
+        else:
+            warmup_rows = rows
+        epochs.append(entry)
+        if world.is_main:
+            print(_epoch_line(entry, run.plan), flush=True)
+        tta = _time_to_accuracy(cfg, entry, tta)
+        if cfg.stop_at_target and tta and tta["reached"]:
+            break
+    run.strategy.finish()
+    total_s = time.perf_counter() - t_start
+    window = run.cpu.end_window()
+    return assemble(cfg, world, run.plan, run.strategy, epochs,
+                    _steady(run, epochs, warmup_rows, steady_rows), tta,
+                    {"setup_s": setup_s, "total_s": total_s, "start": started,
+                     "first_step_at": first_step_at}, window)
+
+
+def _set_up(cfg: TrainConfig, world: World) -> _Run:
+    """Threads, data, plan, model, optimizer and watches, ready for the first step."""
     if world.is_main:  # start-up can take long on a busy machine: say what it is doing
         print(f"parascale: {world.size} worker(s) joined; loading the data and building the "
               "model...", flush=True)
@@ -105,111 +127,107 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
                                 weight_decay=cfg.weight_decay)
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" and device.type == "cuda" \
         else None
-    loss_fn = nn.CrossEntropyLoss()
-    per_device, accumulate = plan.derived.per_device_batch, cfg.accumulate
     if world.is_main:
         _banner(cfg, world, plan, bundle)
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
-
-    clock = StepClock(device)
-    steady_rows: list[list[float]] = []
-    warmup_rows: list[list[float]] = []
-    epochs, tta, step = [], None, 0
     cpu = CpuWatch(world.host, world.local_rank)
     cpu.start_window()
-    setup_s = time.perf_counter() - t_setup
-    t_start, first_step_at = time.perf_counter(), time.time()
-    for epoch in range(1, plan.epochs + 1):
-        count = min(plan.steps_per_epoch, plan.total_steps - step)
-        # a bar per epoch, on rank 0's terminal only: a long epoch is never silent
-        progress = tqdm(total=count, unit="step", file=sys.stderr, mininterval=0.5, miniters=1,
-                        disable=None if world.is_main else True, leave=False,
-                        desc=f"epoch {epoch}/{plan.epochs}")
-        cpu.start_epoch()
-        shard = train_shard(len(bundle.train), per_device, world.size, world.rank, accumulate,
-                            cfg.seed, epoch, count)
-        # augmentation randomness differs per rank and epoch, yet is reproducible
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + world.rank * 7919 + epoch)
-        batches = iter(bundle.train.batches([mb for s in shard for mb in s], device, train=True,
+    return _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
+                StepClock(device), cpu)
+
+
+def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float]]]:
+    """One epoch's steps, then its record entry (evaluated when due) and its step-time rows."""
+    cfg, world, plan, device = run.cfg, run.world, run.plan, run.world.device
+    per_device = plan.derived.per_device_batch
+    count = min(plan.steps_per_epoch, plan.total_steps - run.step)
+    # a bar per epoch, on rank 0's terminal only: a long epoch is never silent
+    progress = tqdm(total=count, unit="step", file=sys.stderr, mininterval=0.5, miniters=1,
+                    disable=None if world.is_main else True, leave=False,
+                    desc=f"epoch {epoch}/{plan.epochs}")
+    run.cpu.start_epoch()
+    shard = train_shard(len(run.bundle.train), per_device, world.size, world.rank, cfg.accumulate,
+                        cfg.seed, epoch, count)
+    # augmentation randomness differs per rank and epoch, yet is reproducible
+    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + world.rank * 7919 + epoch)
+    batches = iter(run.bundle.train.batches([mb for s in shard for mb in s], device, train=True,
                                             generator=generator,
                                             loader_workers=cfg.loader_workers))
-        loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-        t_epoch = time.perf_counter()
-        for _ in range(count):
-            step += 1
-            faults.before_step(step, per_device)
-            rate = lr_rule.lr_at(step - 1, base_lr=cfg.lr, effective_lr=plan.derived.effective_lr,
-                                 warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
-                                 schedule=cfg.lr_schedule, steps_per_epoch=plan.steps_per_epoch,
-                                 milestones=cfg.lr_milestones, gamma=cfg.lr_gamma)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
-            clock.start()
-            micro = [next(batches) for _ in range(accumulate)]
-            clock.mark()
-            for m, (x, y) in enumerate(micro):
-                with strategy.accumulating(last=m == accumulate - 1), _autocast(cfg, device):
-                    loss = faults.loss(step, loss_fn(net(x), y))
-                step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
-                if m == accumulate - 1:
-                    divergence.observe(step, step_loss, rate)  # an all-reduce overlapping the step
-                scaled = loss / accumulate
-                (scaler.scale(scaled) if scaler else scaled).backward()
-                loss_sum += loss.detach().double() * y.shape[0]
-            clock.boundary(strategy.compute_end())
-            strategy.synchronize(optimizer)
-            clock.boundary()
-            strategy.step(optimizer, scaler)
-            optimizer.zero_grad(set_to_none=True)
-            clock.boundary()
-            strategy.after_step(step)
-            divergence.settle()  # decides the step before: its wait, if any, counts as sync
-            clock.stop()
-            progress.update()
-        divergence.settle(final=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        epoch_time = time.perf_counter() - t_epoch
-        progress.close()
-        clock.flush()
-        if epoch > 1:
-            steady_rows += clock.rows
-        else:
-            warmup_rows = clock.rows
-        clock.rows = []
-        entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
-                             cpu.end_epoch())
-        if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
-            strategy.before_evaluation()
-            entry["test_loss"], entry["test_accuracy"] = evaluate(
-                strategy.local_module(), bundle.test, world, max(per_device, 256),
-                lambda: _autocast(cfg, device))
-        entry["elapsed_s"] = time.perf_counter() - t_start
-        epochs.append(entry)
-        if world.is_main:
-            print(_epoch_line(entry, plan), flush=True)
-        tta = _time_to_accuracy(cfg, entry, tta)
-        if cfg.stop_at_target and tta and tta["reached"]:
-            break
-    strategy.finish()
-    total_s = time.perf_counter() - t_start
-    window = cpu.end_window()
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    t_epoch = time.perf_counter()
+    for _ in range(count):
+        rate = _step(run, batches, loss_sum)
+        progress.update()
+    run.divergence.settle(final=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    epoch_time = time.perf_counter() - t_epoch
+    progress.close()
+    run.clock.flush()
+    rows = run.clock.restart()
+    entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
+                         run.cpu.end_epoch())
+    if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
+        run.strategy.before_evaluation()
+        entry["test_loss"], entry["test_accuracy"] = evaluate(
+            run.strategy.local_module(), run.bundle.test, world, max(per_device, 256),
+            lambda: _autocast(cfg, device))
+    entry["elapsed_s"] = time.perf_counter() - t_start
+    return entry, rows
+
+
+def _step(run: _Run, batches, loss_sum: torch.Tensor) -> float:
+    """One optimizer step over ``accumulate`` micro-batches, timed by phase; its rate."""
+    cfg, plan, clock, strategy, optimizer = run.cfg, run.plan, run.clock, run.strategy, \
+        run.optimizer
+    accumulate = cfg.accumulate
+    run.step += 1
+    step = run.step
+    run.faults.before_step(step, plan.derived.per_device_batch)
+    rate = lr_rule.lr_at(step - 1, base_lr=cfg.lr, effective_lr=plan.derived.effective_lr,
+                         warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
+                         schedule=cfg.lr_schedule, steps_per_epoch=plan.steps_per_epoch,
+                         milestones=cfg.lr_milestones, gamma=cfg.lr_gamma)
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+    clock.start()
+    micro = [next(batches) for _ in range(accumulate)]
+    clock.mark()
+    for m, (x, y) in enumerate(micro):
+        with strategy.accumulating(last=m == accumulate - 1), _autocast(cfg, run.world.device):
+            loss = run.faults.loss(step, run.loss_fn(run.net(x), y))
+        step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
+        if m == accumulate - 1:
+            run.divergence.observe(step, step_loss, rate)  # an all-reduce overlapping the step
+        scaled = loss / accumulate
+        (run.scaler.scale(scaled) if run.scaler else scaled).backward()
+        loss_sum += loss.detach().double() * y.shape[0]
+    clock.boundary(strategy.compute_end())
+    strategy.synchronize(optimizer)
+    clock.boundary()
+    strategy.step(optimizer, run.scaler)
+    optimizer.zero_grad(set_to_none=True)
+    clock.boundary()
+    strategy.after_step(step)
+    run.divergence.settle()  # decides the step before: its wait, if any, counts as sync
+    clock.stop()
+    return rate
+
+
+def _steady(run: _Run, epochs: list[dict], warmup_rows: list, steady_rows: list) -> tuple:
+    """The step-time rows that count as steady state, what was left out, and where they are."""
     if len(epochs) > 1:
         excluded = "epoch 1 (warm-up)"
-        partial = "" if epochs[-1]["steps"] == plan.steps_per_epoch else \
+        partial = "" if epochs[-1]["steps"] == run.plan.steps_per_epoch else \
             f" (the partial epoch {epochs[-1]['epoch']})"
-        source = f"steps {epochs[0]['steps'] + 1}-{step}{partial}"
-    else:  # one epoch ran: its first tenth (at least a step) stands in for the warm-up
-        cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
-        steady_rows = warmup_rows[cut:]
-        where = "the only epoch" if plan.epochs == 1 else \
-            "epoch 1 (training stopped at the target there)"
-        excluded = f"first {cut} steps of {where}"
-        source = f"steps {cut + 1}-{len(warmup_rows)} of {where}"
-    return assemble(cfg, world, plan, strategy, epochs, (steady_rows, excluded, source), tta,
-                    {"setup_s": setup_s, "total_s": total_s, "start": started,
-                     "first_step_at": first_step_at}, window)
+        return steady_rows, excluded, f"steps {epochs[0]['steps'] + 1}-{run.step}{partial}"
+    # one epoch ran: its first tenth (at least a step) stands in for the warm-up
+    cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
+    where = "the only epoch" if run.plan.epochs == 1 else \
+        "epoch 1 (training stopped at the target there)"
+    return (warmup_rows[cut:], f"first {cut} steps of {where}",
+            f"steps {cut + 1}-{len(warmup_rows)} of {where}")
 
 
 def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,

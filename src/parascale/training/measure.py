@@ -63,6 +63,12 @@ class StepClock:
             self.rows.append([data, compute, sync + after, optimizer, data + sum(parts)])
         self._pending = []
 
+    def restart(self) -> list[list[float]]:
+        """The rows so far, and a clock with none (nor steps pending): epochs are kept apart,
+        since the first one's steps are the warm-up."""
+        rows, self.rows, self._pending = self.rows, [], []
+        return rows
+
 
 def stats(values) -> dict[str, float] | None:
     """p50, p95, max and mean in seconds; None when there is nothing to summarise."""

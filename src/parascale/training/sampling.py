@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import torch
 
-
-def steps_per_epoch(n_samples: int, global_batch: int) -> int:
-    return n_samples // global_batch
+from parascale.batch import steps_per_epoch
 
 
 def epoch_order(n_samples: int, seed: int, epoch: int) -> torch.Tensor:

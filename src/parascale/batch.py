@@ -1,0 +1,108 @@
+"""Batch arithmetic: how a batch splits over workers and accumulation steps, the learning rate
+it implies, and how many steps it makes of a training set.
+
+Train (validation and the trainer) and bench (its strong-scaling plans) both ask whether a
+global batch divides; they ask :func:`indivisible`, so a bad batch gets the same words from
+either. Nothing here imports torch or another parascale layer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    from parascale.config import TrainConfig
+
+DEFAULT_BATCH = 32  # per device, when neither batch is given
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Numbers computed once from a config and the world size, printed at start and recorded."""
+
+    world_size: int
+    per_device_batch: int
+    global_batch: int
+    effective_lr: float
+    base_batch: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def indivisible(global_batch: int, workers: int, accumulate: int = 1) -> str | None:
+    """Why ``global_batch`` does not split evenly over ``workers`` x ``accumulate``
+    micro-batches, or None when it does."""
+    if global_batch % (workers * accumulate) == 0:
+        return None
+    steps = f" x {accumulate} accumulation steps" if accumulate > 1 else ""
+    return f"global batch {global_batch} does not divide by {workers} workers{steps}"
+
+
+def resolve_lr(lr: float, rule: str, global_batch: int, base_batch: int) -> float:
+    """The learning rate after the scaling rule: linear (Goyal et al. 2017, Accurate, Large
+    Minibatch SGD) or square root (Krizhevsky 2014, One weird trick for parallelizing
+    convolutional neural networks)."""
+    ratio = global_batch / base_batch
+    if rule == "linear":
+        return lr * ratio
+    if rule == "sqrt":
+        return lr * math.sqrt(ratio)
+    return lr
+
+
+def derive(cfg: TrainConfig, world_size: int) -> Derived:
+    """Per-device and effective batch, and the effective learning rate, for this world size."""
+    micro = world_size * cfg.accumulate
+    if cfg.global_batch is not None:
+        reason = indivisible(cfg.global_batch, world_size, cfg.accumulate)
+        if reason:
+            raise UsageError(f"{reason}; try "
+                             f"{max(micro, cfg.global_batch // micro * micro)}")
+        per_device = cfg.global_batch // micro
+        global_batch = cfg.global_batch
+    else:
+        per_device = cfg.batch_size or DEFAULT_BATCH
+        global_batch = per_device * micro
+    base = cfg.base_batch or per_device
+    return Derived(world_size=world_size, per_device_batch=per_device, global_batch=global_batch,
+                   effective_lr=resolve_lr(cfg.lr, cfg.lr_scaling, global_batch, base),
+                   base_batch=base)
+
+
+def steps_per_epoch(n_samples: int, global_batch: int) -> int:
+    """Whole global batches in the training set: the last incomplete one is dropped, so every
+    rank runs the same number of steps (uneven counts hang collectives)."""
+    return n_samples // global_batch
+
+
+@dataclass
+class Plan:
+    """Step arithmetic fixed before the first step."""
+
+    derived: Derived
+    steps_per_epoch: int
+    total_steps: int
+    epochs: int
+    warmup_steps: int
+    train_samples: int
+    test_samples: int
+
+    def record_section(self) -> dict:
+        """The record's ``derived`` numbers that are fixed before the first step."""
+        return {**self.derived.to_dict(), "steps_per_epoch": self.steps_per_epoch,
+                "total_steps": self.total_steps, "train_samples": self.train_samples,
+                "test_samples": self.test_samples}
+
+
+def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int) -> Plan:
+    derived = derive(cfg, world_size)
+    per_epoch = steps_per_epoch(n_train, derived.global_batch)
+    total = cfg.steps if cfg.steps is not None else per_epoch * (cfg.epochs or 3)
+    epochs = math.ceil(total / per_epoch) if per_epoch else 0
+    return Plan(derived, per_epoch, total, epochs, round(cfg.warmup_epochs * per_epoch),
+                n_train, n_test)
