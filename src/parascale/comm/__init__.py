@@ -4,13 +4,13 @@ A microbenchmark in the manner of nccl-tests: allreduce, broadcast, reduce and a
 float32 messages from bytes to hundreds of MB, on the same workers (gloo on CPU, NCCL on GPUs)
 that training would use. For each operation and size: warm-up iterations, then timed ones;
 the time of a size is the slowest rank's median iteration. Bandwidths follow nccl-tests'
-definitions (REFERENCE.md §7): algorithm bandwidth ``algbw = S / t`` and bus bandwidth
+definitions (nccl-tests' doc/PERFORMANCE.md): algorithm bandwidth ``algbw = S / t`` and bus bandwidth
 ``busbw = algbw * factor``, with factor 2(n-1)/n for allreduce, (n-1)/n for all-gather and 1
 for broadcast and reduce, so that figures compare across worker counts. S is the message size
 (all-gather: the gathered output, each rank contributing S/n).
 
-The record (``DIR/comm.json``, schema ``parascale.comm/1``) is what the scaling predictor
-reads; its fields are described in docs/strategies.md.
+The record (``DIR/comm.json``, schema ``parascale.comm/1``) is described in
+docs/strategies.md.
 """
 from __future__ import annotations
 

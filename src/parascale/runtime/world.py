@@ -7,7 +7,7 @@ Three ways in, one result:
 - ``torchrun``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` are set.
 - ``slurm``: started by ``srun`` without torchrun: ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
   map to rank, size and local rank; ``MASTER_ADDR``/``MASTER_PORT`` must be exported by the job
-  script (parascale's Slurm submission does that).
+  script.
 
 The device is chosen *before* the process group starts (NCCL binds a communicator to the current
 device), from ``LOCAL_RANK`` or from the GPU list of a local launch: never a hard-coded ``cuda:0``.

@@ -1,10 +1,11 @@
-"""Reduce to one, then broadcast: Dive into Deep Learning's hand-written allreduce (seed 002).
+"""Reduce to one, then broadcast: the hand-written allreduce of Dive into Deep Learning's
+"Training on Multiple GPUs" (Zhang et al.).
 
 After backward, every rank sends its gradients (one flat buffer) to rank 0; rank 0 adds them in
 rank order, divides by N and sends the average back to every rank. Written with point-to-point
 messages on purpose: ``dist.reduce``/``dist.broadcast`` would let the library pick a tree or a
 pipelined ring, which is a different algorithm with a different cost. Here the root moves
-2(n-1)·S bytes per step, so its time grows with the number of workers (REFERENCE.md §7).
+2(n-1)·S bytes per step, so its time grows with the number of workers.
 Nothing overlaps with backward: the whole exchange is the "sync" phase.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Learning-rate schedule: warm-up to the scaled rate, then constant, cosine or step decay.
 
-The scaled (effective) rate comes from ``config.resolve_lr``: linear (Goyal et al. 2017) or
+The scaled (effective) rate comes from ``batch.resolve_lr``: linear (Goyal et al. 2017) or
 square-root scaling from a stated base batch. Gradual warm-up, as in Goyal et al., starts at the
 unscaled rate and rises linearly to the effective one over ``warmup_epochs``; large effective
 batches diverge without it.
@@ -8,8 +8,6 @@ batches diverge without it.
 from __future__ import annotations
 
 import math
-
-SCHEDULES = ("constant", "cosine", "step")
 
 
 def lr_at(step: int, *, base_lr: float, effective_lr: float, warmup_steps: int,
