@@ -20,7 +20,7 @@ from parascale import sync
 from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
-from parascale.config import (STRATEGY_OPTIONS, TUPLE_FIELDS, TrainConfig, available_cores,
+from parascale.config import (TUPLE_FIELDS, TrainConfig, available_cores,
                               derive, field_kinds, validate)
 from parascale.errors import UsageError
 
@@ -233,21 +233,22 @@ def _memory_key(cfg: TrainConfig, size: int) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def _drop_foreign_options(train: dict[str, Any], used: set[str]) -> None:
+def _drop_foreign_options(train: dict[str, Any], used: list[dict[str, Any]]) -> None:
     """A strategy's option applies to the configurations of that strategy only.
 
     ``-V sync=allreduce,local-sgd -P period=4`` compares two strategies; ``period`` means
     nothing to allreduce, so it is left out of that configuration (it stays in the study's
-    params). An option whose strategy no configuration uses is left in, and validation says so.
+    params). An option that applies to no configuration of the study (``used``: their params)
+    is left in, and validation says so.
     """
-    mine = {train.get("sync", "allreduce"), train.get("compression", "none")}
-    owners = {**STRATEGY_OPTIONS, "powersgd_rank": "powersgd"}
-    for name, owner in owners.items():
-        if name in train and owner not in mine and owner in used:
+    for name in sync.options():
+        if name in train and not sync.applies(name, train) \
+                and any(sync.applies(name, params) for params in used):
             del train[name]
 
 
-def _job(run: PlannedRun, referenced: set[str], check: _Checker, used: set[str]) -> Job:
+def _job(run: PlannedRun, referenced: set[str], check: _Checker,
+         used: list[dict[str, Any]]) -> Job:
     from parascale.training import world_size_for
 
     train, scaling = _split(run, referenced)
@@ -364,8 +365,7 @@ def make_jobs(inputs: StudyInputs) -> list[Job]:
     runs = build_plan(inputs.parameters, inputs.variables, inputs.extensions)
     referenced = referenced_names(inputs)
     check = _Checker()
-    used = {str(run.params.get(k, d)) for run in runs
-            for k, d in (("sync", "allreduce"), ("compression", "none"))}
+    used = [run.params for run in runs]
     jobs = _order([_job(run, referenced, check, used) for run in runs])
     _fix_threads(jobs)
     if inputs.baseline:
