@@ -77,3 +77,7 @@ class ReduceBroadcast(Strategy):
                 "root_sends_bytes_per_step": self.root_sends,
                 "others_send_bytes_per_step": self.others_send}
 
+
+def _exchange(ops: list[dist.P2POp]) -> None:
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
