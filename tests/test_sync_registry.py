@@ -114,3 +114,15 @@ def test_bench_leaves_an_option_out_of_the_configurations_it_does_not_apply_to()
     ring = {"sync": "allreduce", "compression": "powersgd", "period": 4, "powersgd_rank": 2}
     _drop_foreign_options(ring, used)
     assert ring == {"sync": "allreduce", "compression": "powersgd", "powersgd_rank": 2}
+
+
+def test_bench_takes_its_option_as_a_study_variable(gossip):
+    from parascale.bench.study import combine, make_jobs
+
+    jobs = make_jobs(combine(
+        options={"model": "mlp", "dataset": "digits", "steps": 2, "batch_size": 8},
+        assignments=[("fanout", 3)], variables=[("sync", ["gossip", "allreduce"])],
+        workers="2"))
+    by_sync = {job.train["sync"]: job for job in jobs}
+    assert by_sync["gossip"].train["sync_options"] == {"fanout": 3}
+    assert not by_sync["allreduce"].train.get("sync_options")

@@ -183,6 +183,11 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
+def _declared_elsewhere() -> set[str]:
+    """Strategy options that travel in sync_options (-P/-V name=value all the same)."""
+    return {name for name, (option, _) in sync.options().items() if option.kind is not None}
+
+
 def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str | None]:
     """The run's TrainConfig input and its scaling mode; unknown unreferenced names are typos."""
     train: dict[str, Any] = {}
@@ -192,6 +197,8 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
                 raise UsageError("out is chosen by bench (STUDY/runs/<configuration>/); "
                                  "give the study folder with --out")
             train[name] = _coerce(name, value)
+        elif name in _declared_elsewhere():  # a strategy's option that is no field
+            train.setdefault("sync_options", {})[name] = value
         elif name not in STUDY_NAMES and name not in referenced:
             close = difflib.get_close_matches(name, [*TRAIN_FIELDS, *STUDY_NAMES], n=1)
             hint = f"; did you mean {close[0]}?" if close else \
@@ -241,10 +248,11 @@ def _drop_foreign_options(train: dict[str, Any], used: list[dict[str, Any]]) -> 
     params). An option that applies to no configuration of the study (``used``: their params)
     is left in, and validation says so.
     """
+    extra = train.get("sync_options", {})
     for name in sync.options():
-        if name in train and not sync.applies(name, train) \
-                and any(sync.applies(name, params) for params in used):
-            del train[name]
+        if not sync.applies(name, train) and any(sync.applies(name, p) for p in used):
+            train.pop(name, None)
+            extra.pop(name, None)
 
 
 def _job(run: PlannedRun, referenced: set[str], check: _Checker,
