@@ -99,10 +99,9 @@ def validate(cfg: TrainConfig) -> None:
         if value == option.default_in(cfg):
             continue
         if cfg.sync not in owners:
-            others = [o for o in owners[1:]]
             raise UsageError(f"--{name.replace('_', '-')} {value} belongs to --sync {owners[0]}, "
                              f"not --sync {cfg.sync}"
-                             + (f" ({', '.join(others)} take it too)" if others else ""))
+                             + (f" ({', '.join(owners[1:])} take it too)" if owners[1:] else ""))
         if not option.applies(cfg):
             other, wanted = option.only_with  # type: ignore[misc]
             raise UsageError(f"--{name.replace('_', '-')} {value} belongs to "
