@@ -41,8 +41,8 @@ from parascale.runtime.scratch import make_dir, sweep
 from parascale.sync import compression
 from parascale.sync import ps_protocol as proto
 from parascale.sync.base import Strategy
-from parascale.sync.options import Option
 from parascale.sync.flat import Flat, shard_bounds
+from parascale.sync.options import Option
 
 LOG_TAIL = 8
 
@@ -205,8 +205,7 @@ class ParameterServer(Strategy):
                         for s, (a, b) in enumerate(self.bounds)])
 
         # sent by each worker (and the parameters received, fp32: self.flat.bytes)
-        self.bytes_per_step = self.compressor.bytes_for(self.flat.numel,
-                                                        self.flat.bytes // self.flat.numel)
+        self.bytes_per_step = self.compressor.bytes_for(self.flat.numel, self.flat.element_size)
         return model
 
     def _wait(self, works) -> None:
@@ -273,7 +272,7 @@ class ParameterServer(Strategy):
     def options(self) -> dict:
         n, k = self.world.size, self.cfg.ps_servers
         largest = self.compressor.bytes_for(max(b - a for a, b in self.bounds),
-                                            self.flat.bytes // self.flat.numel)
+                                            self.flat.element_size)
         return {**super().options(), "server_receives_bytes_per_step": n * largest}
 
     def measurements(self) -> dict:

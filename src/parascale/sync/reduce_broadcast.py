@@ -40,7 +40,7 @@ class ReduceBroadcast(Strategy):
         self.compressor = compression.make(self.cfg.compression)
         self.incoming: list[torch.Tensor] = []  # the root's receive buffers, one per peer
         n = self.world.size
-        sent = self.compressor.bytes_for(self.flat.numel, self.flat.bytes // self.flat.numel)
+        sent = self.compressor.bytes_for(self.flat.numel, self.flat.element_size)
         # the root sends the average to n-1 peers; every other rank sends its gradient once
         self.root_sends, self.others_send = (n - 1) * sent, sent
         self.bytes_per_step = self.root_sends if self.world.rank == ROOT else sent
