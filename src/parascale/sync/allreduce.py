@@ -53,9 +53,9 @@ class AllReduce(Strategy):
     def wrap(self, model: nn.Module) -> nn.Module:
         self._clock = None
         if self.world.size == 1 and self.cfg.compression == "none":
-            # nothing to average with: DDP's hook, bucket copies and allreduce of one rank cost
-            # a few percent of a small model's step and change no number (a compressor would:
-            # it rounds even alone, so compressed runs keep DDP and stay what they were)
+            # nothing to average with: DDP's hook, bucket copies and one-rank allreduce are
+            # work that changes no number (a compressor would: it rounds even alone, so
+            # compressed runs keep DDP and stay what they were)
             self.model = model
             self.bytes_per_step = 0
             return model
