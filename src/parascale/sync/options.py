@@ -12,7 +12,7 @@ that is not a field declares ``kind`` and ``default`` here and travels in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +76,3 @@ def _fits(value: Any, kind: type) -> bool:
 def _words(kind: type) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         kind, kind.__name__)
-
-
-#: a strategy's rule across options: the config in, one line of refusal (or None) out
-Rule = Callable[[Any], "str | None"]
