@@ -23,12 +23,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("auto", "gloo", "nccl")
 TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
 DEVICES = ("auto", "cpu", "cuda")
-PS_MODES = ("sync", "async")
-COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
-#: options that only one strategy reads, and the --sync that reads them (see docs/strategies.md)
-STRATEGY_OPTIONS = {"ps_mode": "parameter-server", "ps_servers": "parameter-server",
-                    "period": "local-sgd", "compression": "allreduce",
-                    "powersgd_rank": "allreduce"}
 
 
 def available_cores() -> int:
@@ -130,20 +124,17 @@ class TrainConfig:
     or none (no exchange: the contention baseline). See docs/strategies.md."""
     bucket_mb: float = 25.0
     """DDP bucket size in MiB for the allreduce strategy."""
+    # The options of the built-in strategies: fields, because records and studies name them.
+    # Their help, choices, owners and checks are declared by the strategies (sync/*.py,
+    # ``Strategy.declares``), which is where the command line and validation read them.
     compression: str = "none"
-    """Gradient compression for --sync allreduce: none | fp16 | bf16 | powersgd (DDP hooks)."""
     powersgd_rank: int = 1
-    """Rank r of PowerSGD's low-rank approximation (with --compression powersgd)."""
     ps_mode: str = "sync"
-    """Parameter server: sync (wait for every worker each step) or async (apply each worker's
-    gradient as it arrives; staleness is recorded)."""
     ps_servers: int = 1
-    """Parameter server processes, started in addition to the workers; parameters are sharded
-    across them."""
     period: int = 1
-    """Local SGD: average the parameters every this many local steps."""
     sync_options: dict[str, Any] = field(default_factory=dict)
-    """Reserved for strategies that are not built in; the built-in ones take the options above."""
+    """Options of strategies that declare options of their own (not a field above), as
+    --sync-option NAME=VALUE, checked against the chosen strategy's declaration."""
 
     target_accuracy: float | None = None
     """Record time-to-accuracy: wall time and epochs until test accuracy first reaches this
@@ -292,28 +283,9 @@ def validate(cfg: TrainConfig) -> None:
 
 
 def _validate_strategy_options(cfg: TrainConfig) -> None:
-    """Values of the strategy options, and no option of one strategy given with another."""
-    for name in ("ps_servers", "period", "powersgd_rank"):
-        _positive(name, getattr(cfg, name), allow_none=False)
-    for name, choices in (("ps_mode", PS_MODES), ("compression", COMPRESSIONS)):
-        if getattr(cfg, name) not in choices:
-            raise UsageError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
-                             f"got {getattr(cfg, name)!r}")
-    defaults = TrainConfig()
-    # --sync none ignores them all, so a baseline is any run with --sync changed to none
-    if cfg.sync != "none":
-        for name, owner in STRATEGY_OPTIONS.items():
-            value = getattr(cfg, name)
-            if value != getattr(defaults, name) and cfg.sync != owner:
-                raise UsageError(f"--{name.replace('_', '-')} {value} belongs to --sync {owner}, "
-                                 f"not --sync {cfg.sync}")
-    if cfg.powersgd_rank != defaults.powersgd_rank and cfg.compression != "powersgd":
-        raise UsageError(f"--powersgd-rank {cfg.powersgd_rank} belongs to --compression "
-                         f"powersgd, not --compression {cfg.compression}")
-    if cfg.sync == "parameter-server" and cfg.precision == "fp16":
-        raise UsageError("--precision fp16 does not work with --sync parameter-server (the "
-                         "servers apply unscaled fp32 updates); use bf16 or fp32")
-    if cfg.sync_options:
-        raise UsageError(f"--sync-option {', '.join(sorted(cfg.sync_options))}: the built-in "
-                         "strategies take their own flags instead (--compression, "
-                         "--powersgd-rank, --ps-mode, --ps-servers, --period)")
+    # the strategies declare their options (sync/options.py); imported here, not at the top,
+    # because the strategies' modules import this one
+    from parascale import sync
+
+    sync.validate(cfg)
+

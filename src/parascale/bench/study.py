@@ -21,8 +21,7 @@ from parascale.batch import derive, indivisible
 from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
-from parascale.config import (STRATEGY_OPTIONS, TUPLE_FIELDS, TrainConfig, available_cores,
-                              field_kinds, validate)
+from parascale.config import TUPLE_FIELDS, TrainConfig, available_cores, field_kinds, validate
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
@@ -184,6 +183,11 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
+def _declared_elsewhere() -> set[str]:
+    """Strategy options that travel in sync_options (-P/-V name=value all the same)."""
+    return {name for name, (option, _) in sync.options().items() if option.kind is not None}
+
+
 def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str | None]:
     """The run's TrainConfig input and its scaling mode; unknown unreferenced names are typos."""
     train: dict[str, Any] = {}
@@ -193,6 +197,8 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
                 raise UsageError("out is chosen by bench (STUDY/runs/<configuration>/); "
                                  "give the study folder with --out")
             train[name] = _coerce(name, value)
+        elif name in _declared_elsewhere():  # a strategy's option that is no field
+            train.setdefault("sync_options", {})[name] = value
         elif name not in STUDY_NAMES and name not in referenced:
             close = difflib.get_close_matches(name, [*TRAIN_FIELDS, *STUDY_NAMES], n=1)
             hint = f"; did you mean {close[0]}?" if close else \
@@ -234,21 +240,23 @@ def _memory_key(cfg: TrainConfig, size: int) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def _drop_foreign_options(train: dict[str, Any], used: set[str]) -> None:
+def _drop_foreign_options(train: dict[str, Any], used: list[dict[str, Any]]) -> None:
     """A strategy's option applies to the configurations of that strategy only.
 
     ``-V sync=allreduce,local-sgd -P period=4`` compares two strategies; ``period`` means
     nothing to allreduce, so it is left out of that configuration (it stays in the study's
-    params). An option whose strategy no configuration uses is left in, and validation says so.
+    params). An option that applies to no configuration of the study (``used``: their params)
+    is left in, and validation says so.
     """
-    mine = {train.get("sync", "allreduce"), train.get("compression", "none")}
-    owners = {**STRATEGY_OPTIONS, "powersgd_rank": "powersgd"}
-    for name, owner in owners.items():
-        if name in train and owner not in mine and owner in used:
-            del train[name]
+    extra = train.get("sync_options", {})
+    for name in sync.options():
+        if not sync.applies(name, train) and any(sync.applies(name, p) for p in used):
+            train.pop(name, None)
+            extra.pop(name, None)
 
 
-def _job(run: PlannedRun, referenced: set[str], check: _Checker, used: set[str]) -> Job:
+def _job(run: PlannedRun, referenced: set[str], check: _Checker,
+         used: list[dict[str, Any]]) -> Job:
     from parascale.training import world_size_for
 
     train, scaling = _split(run, referenced)
@@ -361,8 +369,7 @@ def make_jobs(inputs: StudyInputs) -> list[Job]:
     runs = build_plan(inputs.parameters, inputs.variables, inputs.extensions)
     referenced = referenced_names(inputs)
     check = _Checker()
-    used = {str(run.params.get(k, d)) for run in runs
-            for k, d in (("sync", "allreduce"), ("compression", "none"))}
+    used = [run.params for run in runs]
     jobs = _order([_job(run, referenced, check, used) for run in runs])
     _fix_threads(jobs)
     if inputs.baseline:

@@ -1,7 +1,8 @@
 """Command-line options generated from :class:`TrainConfig`, so there is one source of truth.
 
 Each field becomes ``--field-name`` with the docstring under the field as its help; types come
-from the annotations. Only options the user typed reach the namespace (``SUPPRESS`` defaults),
+from the annotations. The strategies' options take help and choices from their declarations
+(``sync.options()``), and ``--sync-option``'s help lists the options that have no field. Only options the user typed reach the namespace (``SUPPRESS`` defaults),
 which lets ``bench`` tell a fixed parameter from a default.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typing
 from typing import Any
 
 from parascale import config as config_module
+from parascale import sync
 from parascale.bench.plan import parse_value
 from parascale.config import TrainConfig, field_kinds
 
@@ -27,8 +29,7 @@ SECTIONS = {
 CHOICES = {
     "lr_scaling": config_module.LR_SCALINGS, "lr_schedule": config_module.LR_SCHEDULES,
     "precision": config_module.PRECISIONS, "backend": config_module.BACKENDS,
-    "device": config_module.DEVICES, "ps_mode": config_module.PS_MODES,
-    "compression": config_module.COMPRESSIONS,
+    "device": config_module.DEVICES,
 }
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
             "out": "DIR", "data_dir": "DIR", "workers": "N", "model": "NAME", "dataset": "NAME",
@@ -72,7 +73,12 @@ def _key_value(text: str) -> tuple[str, Any]:
 def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
                       exclude: set[str] | frozenset[str] = frozenset()) -> None:
     """Add one option per TrainConfig field, grouped as in SECTIONS; none for ``exclude``."""
-    docs = field_docs()
+    declared = sync.options()
+    docs = {**field_docs(), **{name: " ".join(o.help.split()) for name, (o, _) in
+                               declared.items() if o.kind is None}}
+    docs["sync_options"] = docs.get("sync_options", "") + _extra_options(declared)
+    choices = {**CHOICES, **{name: o.choices for name, (o, _) in declared.items()
+                             if o.choices and o.kind is None}}
     group: Any = parser
     for field in dataclasses.fields(TrainConfig):
         if sections and field.name in SECTIONS:
@@ -96,9 +102,17 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
             group.add_argument("--sync-option", type=_key_value, action="append",
                                metavar="KEY=VALUE", **common)
         else:
-            group.add_argument(flag(field.name), type=kind, choices=CHOICES.get(field.name),
-                               metavar=METAVARS.get(field.name, None if field.name in CHOICES
+            group.add_argument(flag(field.name), type=kind, choices=choices.get(field.name),
+                               metavar=METAVARS.get(field.name, None if field.name in choices
                                                     else kind.__name__.upper()), **common)
+
+
+def _extra_options(declared: dict[str, tuple[sync.Option, list[str]]]) -> str:
+    """' Declared: NAME (--sync S, type, default D): help; ...' for --sync-option's help."""
+    extra = [f"{name} (--sync {', '.join(owners)}, {o.kind.__name__}, default {o.default!r}): "
+             f"{' '.join(o.help.split())}" for name, (o, owners) in declared.items()
+             if o.kind is not None]
+    return (" Declared: " + "; ".join(extra)) if extra else " None is declared now."
 
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from parascale.sync import compression
 from parascale.sync.base import Strategy
-from parascale.sync.compression import allreduced_bytes, hook_for
 
 
 class _BucketClock:
@@ -48,30 +48,37 @@ class AllReduce(Strategy):
 
     name = "allreduce"
     exchanges_every_step = True
+    declares = compression.OPTIONS
 
     def wrap(self, model: nn.Module) -> nn.Module:
+        self._clock = None
+        if self.world.size == 1 and self.cfg.compression == "none":
+            # nothing to average with: DDP's hook, bucket copies and one-rank allreduce are
+            # work that changes no number (a compressor would: it rounds even alone, so
+            # compressed runs keep DDP and stay what they were)
+            self.model = model
+            self.bytes_per_step = 0
+            return model
         device_ids = [self.world.device] if self.world.device.type == "cuda" else None
         self.model = DistributedDataParallel(model, device_ids=device_ids,
                                              bucket_cap_mb=self.cfg.bucket_mb)
-        state, hook = hook_for(self.cfg.compression, self.cfg.powersgd_rank)
+        compressor = compression.make(self.cfg.compression, self.cfg.powersgd_rank)
+        state, hook = compressor.ddp_hook()
         self._clock = _BucketClock(state, hook, self.world.device.type == "cuda")
         self.model.register_comm_hook(self._clock, _timed_hook)
         n = self.world.size
         # ring allreduce: every rank sends 2(n-1)/n of the bytes that enter the allreduce
-        self.bytes_per_step = int(2 * (n - 1) / n * allreduced_bytes(
-            model, self.cfg.compression, self.cfg.powersgd_rank))
+        self.bytes_per_step = int(2 * (n - 1) / n * compressor.sent_bytes(model))
         return self.model
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         # gradients of non-final micro-batches stay local; the last backward reduces the sum
-        return contextlib.nullcontext() if last else self.model.no_sync()
+        if last or self._clock is None:
+            return contextlib.nullcontext()
+        return self.model.no_sync()
 
     def compute_end(self) -> Any | None:
-        return self._clock.take()
+        return None if self._clock is None else self._clock.take()
 
     def options(self) -> dict:
-        options: dict[str, Any] = {"bucket_mb": self.cfg.bucket_mb,
-                                   "compression": self.cfg.compression}
-        if self.cfg.compression == "powersgd":
-            options["powersgd_rank"] = self.cfg.powersgd_rank
-        return options
+        return {"bucket_mb": self.cfg.bucket_mb, **super().options()}

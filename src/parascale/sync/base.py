@@ -29,6 +29,7 @@ from torch import nn
 
 from parascale.config import TrainConfig
 from parascale.runtime.world import World
+from parascale.sync.options import Option
 
 
 class Strategy:
@@ -41,6 +42,13 @@ class Strategy:
     #: collective adds no synchronisation point (the divergence check all-reduces the loss);
     #: False where that would add synchronisation the strategy does not have
     exchanges_every_step = False
+    #: this strategy's options (sync/options.py); --sync none ignores every strategy's
+    declares: tuple[Option, ...] = ()
+
+    @classmethod
+    def refuse(cls, cfg: TrainConfig) -> str | None:
+        """One line if ``cfg`` combines this strategy with settings it cannot run, else None."""
+        return None
 
     def __init__(self, cfg: TrainConfig, world: World):
         self.cfg = cfg
@@ -111,8 +119,9 @@ class Strategy:
                 dist.broadcast(buffer, src=0)
 
     def options(self) -> dict[str, Any]:
-        """Strategy settings for the run record (``derived.sync_options``)."""
-        return {}
+        """Strategy settings for the run record (``derived.sync_options``): the declared
+        options that apply; subclasses add what they compute (byte counts)."""
+        return {o.name: o.value(self.cfg) for o in self.declares if o.applies(self.cfg)}
 
     def measurements(self) -> dict[str, Any] | None:
         """What the strategy measured beyond the step phases (the record's ``sync`` section),

@@ -19,7 +19,8 @@ class Flat:
         self.dtype = dtypes.pop()
         self.numel = sum(p.numel() for p in self.params)
         self.device = device or self.params[0].device
-        self.bytes = self.numel * self.params[0].element_size()
+        self.element_size = self.params[0].element_size()
+        self.bytes = self.numel * self.element_size
 
     def new(self) -> torch.Tensor:
         return torch.empty(self.numel, dtype=self.dtype, device=self.device)

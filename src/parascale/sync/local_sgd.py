@@ -22,10 +22,13 @@ from torch import nn
 
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat
+from parascale.sync.options import Option
 
 
 class LocalSGD(Strategy):
     name = "local-sgd"
+    declares = (Option("period", "Local SGD: average the parameters every this many local "
+                       "steps.", minimum=1),)
 
     @property
     def exchanges_every_step(self) -> bool:
@@ -87,7 +90,7 @@ class LocalSGD(Strategy):
         return self._copy if self._show_copy else super().local_module()
 
     def options(self) -> dict:
-        return {"period": self.period, "bytes_per_average": self.bytes_per_average}
+        return {**super().options(), "bytes_per_average": self.bytes_per_average}
 
     def measurements(self) -> dict:
         return {"averages": self.averages}

@@ -38,9 +38,11 @@ from torch import nn
 from parascale.runtime.failure import write_error_file
 from parascale.runtime.launch import LOOPBACK, open_store
 from parascale.runtime.scratch import make_dir, sweep
+from parascale.sync import compression
 from parascale.sync import ps_protocol as proto
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat, shard_bounds
+from parascale.sync.options import Option
 
 LOG_TAIL = 8
 
@@ -138,6 +140,21 @@ class ServerProcesses:
 
 class ParameterServer(Strategy):
     name = "parameter-server"
+    declares = (
+        Option("ps_mode", "Parameter server: sync (wait for every worker each step) or async "
+               "(apply each worker's gradient as it arrives; staleness is recorded).",
+               choices=("sync", "async")),
+        Option("ps_servers", "Parameter server processes, started in addition to the workers; "
+               "parameters are sharded across them.", minimum=1),
+        *compression.OPTIONS,
+    )
+
+    @classmethod
+    def refuse(cls, cfg) -> str | None:
+        if cfg.precision == "fp16":
+            return ("--precision fp16 does not work with --sync parameter-server (the servers "
+                    "apply unscaled fp32 updates); use bf16 or fp32")
+        return compression.refuse_unless_elementwise(cls.name, cfg)
 
     @property
     def exchanges_every_step(self) -> bool:  # sync: the servers wait for every worker
@@ -153,6 +170,7 @@ class ParameterServer(Strategy):
                              "parameters")
         self.bounds = shard_bounds(self.flat.numel, k)
         self.grads, self.params = self.flat.new(), self.flat.new()
+        self.compressor = compression.make(cfg.compression)  # the gradients; parameters fp32
         self.flat.gather_params(self.params)
         self.versions = [0] * k
         self.staleness: list[int] = []
@@ -172,7 +190,8 @@ class ParameterServer(Strategy):
         if world.is_main:
             self.servers = ServerProcesses([
                 proto.Spec(host, store.port, s, n, k, a, b, cfg.ps_mode, cfg.timeout,
-                           os.getpid(), str(self.flat.dtype).removeprefix("torch."))
+                           os.getpid(), str(self.flat.dtype).removeprefix("torch."),
+                           cfg.compression)
                 for s, (a, b) in enumerate(self.bounds)])
             self.servers.wait_ready(store, cfg.timeout)
             self.servers.watch()
@@ -185,7 +204,8 @@ class ParameterServer(Strategy):
             self._wait([self.pg.send([self.params[a:b]], n + s, proto.INIT)
                         for s, (a, b) in enumerate(self.bounds)])
 
-        self.bytes_per_step = self.flat.bytes  # sent by each worker (and as much received)
+        # sent by each worker (and the parameters received, fp32: self.flat.bytes)
+        self.bytes_per_step = self.compressor.bytes_for(self.flat.numel, self.flat.element_size)
         return model
 
     def _wait(self, works) -> None:
@@ -203,13 +223,14 @@ class ParameterServer(Strategy):
             settings = [float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"],
                         float(g["nesterov"])]
         works = []
+        wire = self.compressor.compress(self.grads) if kind == proto.PUSH else None
         for s, (a, b) in enumerate(self.bounds):
             header = self.headers[s]
             header[0], header[1] = kind, self.versions[s]
             header[2:] = torch.tensor(settings, dtype=torch.float64)
             works.append(self.pg.send([header], n + s, proto.HEADER))
             if kind == proto.PUSH:
-                works.append(self.pg.send([self.grads[a:b]], n + s, proto.GRAD))
+                works.append(self.pg.send([wire[a:b]], n + s, proto.GRAD))
             if kind != proto.STOP:
                 works += [self.pg.recv([self.replies[s]], n + s, proto.REPLY),
                           self.pg.recv([self.params[a:b]], n + s, proto.PARAMS)]
@@ -249,10 +270,10 @@ class ParameterServer(Strategy):
             self.servers.join(self.cfg.timeout)
 
     def options(self) -> dict:
-        n, k = self.world.size, self.cfg.ps_servers
-        largest = max(b - a for a, b in self.bounds) * self.flat.bytes // self.flat.numel
-        return {"ps_mode": self.cfg.ps_mode, "ps_servers": k,
-                "server_receives_bytes_per_step": n * largest}
+        n = self.world.size
+        largest = self.compressor.bytes_for(max(b - a for a, b in self.bounds),
+                                            self.flat.element_size)
+        return {**super().options(), "server_receives_bytes_per_step": n * largest}
 
     def measurements(self) -> dict:
         every = [s for ranks in self._gathered for s in ranks]

@@ -7,7 +7,8 @@ CPU; tags tell the messages apart:
   worker last pulled, then lr, momentum, dampening, weight decay, nesterov. The optimizer
   settings travel with every push, so the server applies what the worker's learning-rate
   schedule says for that step.
-- worker -> server, ``GRAD``: the worker's shard of the gradient, after a PUSH header.
+- worker -> server, ``GRAD``: the worker's shard of the gradient, after a PUSH header,
+  compressed by ``Spec.compression`` (elementwise: the shard of the compressed vector).
 - server -> worker, ``REPLY`` (float64[1]): the shard's version after the request, then
   ``PARAMS``: the shard itself. STOP gets no reply.
 - worker 0 -> server, ``INIT``: the initial shard, once, before anything else.
@@ -42,6 +43,7 @@ class Spec:
     timeout_s: float
     parent_pid: int
     dtype: str
+    compression: str = "none"  # of the gradients the workers push (sync/compression.py)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

@@ -28,6 +28,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from parascale.sync import compression
 from parascale.sync.ps_protocol import (GRAD, HEADER, HEADER_SIZE, INIT, PARAMS, PREFIX, PUSH,
                                         REPLY, STOP, Shard, Spec)
 
@@ -52,9 +53,15 @@ def _wait(works) -> None:
         work.wait()
 
 
-def serve_sync(pg, shard: Shard, workers: int) -> None:
+def _wire(shard: Shard, squeeze: compression.Compressor) -> torch.Tensor:
+    """A receive buffer for one pushed gradient shard, in the type the workers send."""
+    return torch.empty_like(shard.param, dtype=squeeze.wire_dtype(shard.param.dtype))
+
+
+def serve_sync(pg, shard: Shard, workers: int, squeeze: compression.Compressor) -> None:
     headers = [torch.empty(HEADER_SIZE, dtype=torch.float64) for _ in range(workers)]
-    grads = [torch.empty_like(shard.param) for _ in range(workers)]
+    grads = [_wire(shard, squeeze) for _ in range(workers)]
+    total = torch.empty_like(shard.param)
     reply = torch.empty(1, dtype=torch.float64)
     while True:
         _wait([pg.recv([headers[w]], w, HEADER) for w in range(workers)])
@@ -67,7 +74,7 @@ def serve_sync(pg, shard: Shard, workers: int) -> None:
             return
         if kind == PUSH:
             _wait([pg.recv([grads[w]], w, GRAD) for w in range(workers)])
-            total = grads[0]
+            squeeze.decompress(grads[0], total)
             for grad in grads[1:]:  # rank order: the same sum on every run
                 total.add_(grad)
             total.div_(workers)
@@ -77,13 +84,13 @@ def serve_sync(pg, shard: Shard, workers: int) -> None:
                for work in (pg.send([reply], w, REPLY), pg.send([shard.param], w, PARAMS))])
 
 
-def serve_async(pg, shard: Shard, workers: int) -> None:
+def serve_async(pg, shard: Shard, workers: int, squeeze: compression.Compressor) -> None:
     lock = threading.Lock()
     errors: list[BaseException] = []
 
     def serve_one(worker: int) -> None:
         header = torch.empty(HEADER_SIZE, dtype=torch.float64)
-        grad = torch.empty_like(shard.param)
+        wire, grad = _wire(shard, squeeze), torch.empty_like(shard.param)
         reply = torch.empty(1, dtype=torch.float64)
         try:
             while True:
@@ -92,8 +99,8 @@ def serve_async(pg, shard: Shard, workers: int) -> None:
                 if kind == STOP:
                     return
                 if kind == PUSH:
-                    pg.recv([grad], worker, GRAD).wait()
-                    grad.div_(workers)  # its weight in the synchronous average
+                    pg.recv([wire], worker, GRAD).wait()
+                    squeeze.decompress(wire, grad).div_(workers)  # its weight in the synchronous average
                 with lock:
                     if kind == PUSH:
                         shard.apply(grad, header)
@@ -125,7 +132,7 @@ def main() -> None:
     shard = Shard(torch.empty(spec.stop - spec.start, dtype=getattr(torch, spec.dtype)))
     pg.recv([shard.param], 0, INIT).wait()
     serve = serve_sync if spec.mode == "sync" else serve_async
-    serve(pg, shard, spec.workers)
+    serve(pg, shard, spec.workers, compression.make(spec.compression))
     pg.barrier().wait()  # every worker has its last reply before anyone closes a socket
 
 

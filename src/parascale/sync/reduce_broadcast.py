@@ -7,6 +7,10 @@ messages on purpose: ``dist.reduce``/``dist.broadcast`` would let the library pi
 pipelined ring, which is a different algorithm with a different cost. Here the root moves
 2(n-1)·S bytes per step, so its time grows with the number of workers.
 Nothing overlaps with backward: the whole exchange is the "sync" phase.
+
+With ``--compression fp16|bf16`` every message carries the compressed gradient; the root
+decompresses each (its own too, so every rank counts alike), sums in fp32, and compresses the
+mean it sends back, using that same rounded mean itself so that all replicas stay equal.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from parascale.sync import compression
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat
 
@@ -23,40 +28,55 @@ ROOT = 0
 class ReduceBroadcast(Strategy):
     name = "reduce-broadcast"
     exchanges_every_step = True
+    declares = compression.OPTIONS
+
+    @classmethod
+    def refuse(cls, cfg) -> str | None:
+        return compression.refuse_unless_elementwise(cls.name, cfg)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model
         self.flat = Flat(model)
         self.buffer = self.flat.new()
+        self.compressor = compression.make(self.cfg.compression)
         self.incoming: list[torch.Tensor] = []  # the root's receive buffers, one per peer
         n = self.world.size
+        sent = self.compressor.bytes_for(self.flat.numel, self.flat.element_size)
         # the root sends the average to n-1 peers; every other rank sends its gradient once
-        self.root_sends = (n - 1) * self.flat.bytes
-        self.bytes_per_step = self.root_sends if self.world.rank == ROOT else self.flat.bytes
+        self.root_sends, self.others_send = (n - 1) * sent, sent
+        self.bytes_per_step = self.root_sends if self.world.rank == ROOT else sent
         return model
 
     def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
         n = self.world.size
         if n == 1:
             return
+        squeeze = self.compressor
         grads = self.flat.gather_grads(self.buffer)
         peers = [r for r in range(n) if r != ROOT]
         if self.world.rank == ROOT:
+            wire = squeeze.compress(grads)
             if not self.incoming:
-                self.incoming = [self.flat.new() for _ in peers]
+                self.incoming = [torch.empty_like(wire) for _ in peers]
             _exchange([dist.P2POp(dist.irecv, buf, r) for buf, r in zip(self.incoming, peers)])
+            squeeze.decompress(wire, grads)
             for buf in self.incoming:  # rank order: the same sum on every run
-                grads.add_(buf)
+                grads.add_(buf)  # add_ casts a compressed buffer up to the gradient's type
             grads.div_(n)
-            _exchange([dist.P2POp(dist.isend, grads, r) for r in peers])
+            wire = squeeze.compress(grads)
+            _exchange([dist.P2POp(dist.isend, wire, r) for r in peers])
+            squeeze.decompress(wire, grads)
         else:
-            _exchange([dist.P2POp(dist.isend, grads, ROOT)])
-            _exchange([dist.P2POp(dist.irecv, grads, ROOT)])
+            wire = squeeze.compress(grads)
+            _exchange([dist.P2POp(dist.isend, wire, ROOT)])
+            _exchange([dist.P2POp(dist.irecv, wire, ROOT)])
+            squeeze.decompress(wire, grads)
         self.flat.scatter_grads(grads)
 
     def options(self) -> dict:
-        return {"root": ROOT, "root_sends_bytes_per_step": self.root_sends,
-                "others_send_bytes_per_step": self.flat.bytes}
+        return {**super().options(), "root": ROOT,
+                "root_sends_bytes_per_step": self.root_sends,
+                "others_send_bytes_per_step": self.others_send}
 
 
 def _exchange(ops: list[dist.P2POp]) -> None:

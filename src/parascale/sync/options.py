@@ -1,0 +1,78 @@
+"""What a strategy says about one of its options; the registry gathers them (sync/__init__.py).
+
+A strategy lists its options in its own file (``Strategy.declares``), so that adding a strategy
+touches that file and one registry line: ``train``'s flags and help, ``bench``, validation and
+the record all read the declarations through the registry.
+
+Where the value lives: the options of the built-in strategies are ``TrainConfig`` fields (their
+names are in every record and study, so they stay), which give their type and default; an option
+that is not a field declares ``kind`` and ``default`` here and travels in
+``TrainConfig.sync_options`` (``--sync-option name=value``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from parascale.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    help: str
+    choices: Sequence[str] = ()
+    #: smallest allowed value of a number (1 for counts)
+    minimum: float | None = None
+    #: (option, value): this option means something only when that option has that value
+    #: (--powersgd-rank with --compression powersgd)
+    only_with: tuple[str, Any] | None = None
+    #: for options that are not TrainConfig fields: their type and default
+    kind: type | None = None
+    default: Any = None
+
+    def value(self, cfg: Any) -> Any:
+        """This option's value in a TrainConfig: its field, or its entry of sync_options."""
+        if self.kind is None:
+            return getattr(cfg, self.name)
+        return cfg.sync_options.get(self.name, self.default)
+
+    def default_in(self, cfg: Any) -> Any:
+        if self.kind is None:
+            return next(f.default for f in dataclasses.fields(cfg) if f.name == self.name)
+        return self.default
+
+    def applies(self, cfg: Any) -> bool:
+        """False when ``only_with`` names another option's value that is not the one given."""
+        if self.only_with is None:
+            return True
+        other, wanted = self.only_with
+        return getattr(cfg, other, cfg.sync_options.get(other)) == wanted
+
+    def check(self, value: Any) -> None:
+        """One line for a value this option refuses."""
+        flag = f"--{self.name.replace('_', '-')}"
+        if self.kind is not None and not _fits(value, self.kind):
+            raise UsageError(f"{flag} must be {_words(self.kind)}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise UsageError(f"{flag} must be one of {', '.join(self.choices)}, got {value!r}")
+        if self.minimum == 1 and isinstance(value, int) and value < 1:
+            # the wording of config._positive, which these options used before
+            raise UsageError(f"{flag} must be a positive int, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise UsageError(f"{flag} must be at least {self.minimum:g}, got {value!r}")
+
+
+def _fits(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _words(kind: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        kind, kind.__name__)
