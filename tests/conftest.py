@@ -1,14 +1,92 @@
 """Shared helpers: real training runs through the public API, read back from their files, and run
-records written with stated figures for the report's tests."""
+records written with stated figures for the report's tests; and the guard that keeps the fast
+tier (``-m "not slow"``) free of processes."""
 from __future__ import annotations
 
 import json
 import re
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
+
+# ---- the fast tier starts no process --------------------------------------------------------
+# ``slow`` means "starts a process" (workers, servers, the CLI in a subprocess, a browser, git).
+# A test without the marker that starts one fails, naming the marker, so `make test-fast` stays
+# free of processes as tests are added. Python's audit events see every start through
+# subprocess, os.fork/exec/spawn and os.system without touching production code; a child still
+# alive after a test phase catches whatever starts processes some other way.
+
+PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn",
+                            "os.spawn", "os.exec", "os.system"})
+_started: list[str] | None = None  # None while no fast test runs (audit hooks cannot be removed)
+
+
+class ProcessInFastTest(RuntimeError):
+    """Raised where a fast-tier test starts a process, so that it does not start."""
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _started is not None and event in PROCESS_EVENTS:
+        _started.append(f"{event} {str(args[:2])[:200]}")
+        raise ProcessInFastTest(f"{event} in a test not marked slow (the fast tier starts none)")
+
+
+sys.addaudithook(_audit)
+
+
+def _children() -> dict[int, str]:
+    found = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            found[child.pid] = " ".join(child.cmdline())[:200]
+        except psutil.Error:  # gone or a zombie: it was started all the same
+            found[child.pid] = "(exited)"
+    return found
+
+
+@contextmanager
+def _no_process(item: pytest.Item):
+    """Fail ``item`` if it is not marked slow and starts a process during this phase."""
+    global _started
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+    before = _children()
+    _started = []
+    try:
+        yield
+    finally:
+        started, _started = _started, None
+        started += [f"child {pid}: {command}" for pid, command in _children().items()
+                    if pid not in before]
+        if started:  # replaces the test's own error, which the blocked start caused
+            raise pytest.fail.Exception(
+                f"{item.nodeid} starts a process but is not marked slow; add @pytest.mark.slow "
+                f"(pytestmark = pytest.mark.slow for a whole file):\n  " + "\n  ".join(started),
+                pytrace=False) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _no_process(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _no_process(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    with _no_process(item):
+        return (yield)
 
 
 def run_training(out: Path, expect: str | None = "ok",

@@ -115,6 +115,7 @@ def _probe(page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
     return findings, console
 
 
+@pytest.mark.slow
 def test_page_loads_in_chromium_without_errors_and_renders(report, tmp_path):
     findings, console = _probe(report, tmp_path)
     assert findings == {"images": 7, "undecoded": 0, "errors": []}
@@ -128,6 +129,7 @@ def test_page_loads_in_chromium_without_errors_and_renders(report, tmp_path):
         shutil.copy(shot, os.environ["PARASCALE_KEEP_SCREENSHOT"])
 
 
+@pytest.mark.slow
 def test_chromium_probe_catches_broken_images_and_script_errors(tmp_path):
     """The check above is only worth something if it fails on a broken page."""
     bad = tmp_path / "bad.html"

@@ -289,6 +289,7 @@ window.addEventListener('load', function () {
 </script>"""
 
 
+@pytest.mark.slow
 def test_report_tables_fit_the_page_in_chromium(tmp_path):
     import re
 
