@@ -1,11 +1,17 @@
-"""Shared helpers: real training runs through the public API, read back from their files, and run
-records written with stated figures for the report's tests; and the guard that keeps the fast
-tier (``-m "not slow"``) free of processes."""
+"""Shared helpers: real training runs through the public API, read back from their files; what
+the equivalence and process tests share; run records written with stated figures for the
+report's tests; and the guard that keeps the fast tier (``-m "not slow"``) free of processes.
+
+Test modules import helpers from here, never from each other."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -118,6 +124,42 @@ def train_run(tmp_path):
         return run_training(tmp_path / f"run{next(counter)}", **options)
 
     return run
+
+
+# Equivalence runs: few steps with momentum and weight decay, so a wrong update shows; compared
+# within 2e-5 absolute, 1e-4 relative (float sums in another order differ by about that)
+STEPS = dict(steps=6, lr=0.1, momentum=0.9, weight_decay=1e-4, seed=3)
+
+
+def assert_same(a: dict, b: dict, atol: float = 2e-5) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+
+
+def wait_until(condition, timeout_s: float):
+    """``condition()``'s first true value within ``timeout_s``, else its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    return condition()
+
+
+def run_chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium with its own ``profile`` folder; skipped without it, except in CI."""
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is required in CI (apt-get install chromium)")
+        pytest.skip("chromium not installed")
+    command = [path, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+               "--virtual-time-budget=5000", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
 # ---- records in the documented schema (docs/record.md), with figures a test states ------------

@@ -10,7 +10,7 @@ feedback). The bounds below leave a margin of about 8x for fp16 and bf16 and 1.5
 """
 import pytest
 import torch
-from test_train_equivalence import STEPS
+from conftest import STEPS
 
 from parascale import data, models
 from parascale.config import TrainConfig

@@ -6,7 +6,7 @@ server processes, and local SGD averaging after every step. Momentum and weight 
 so the servers' SGD and local SGD's parameter averaging are checked for the full update rule.
 """
 import pytest
-from test_train_equivalence import STEPS, assert_same
+from conftest import STEPS, assert_same
 
 SYNCHRONOUS = {
     "reduce-broadcast": dict(sync="reduce-broadcast"),

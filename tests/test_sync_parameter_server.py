@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
+
 SERVER_MODULE = b"parascale.sync.ps_server"
 
 
@@ -31,16 +33,6 @@ def servers_tagged(tag: str) -> list[int]:
         if f"PARASCALE_TEST_TAG={tag}".encode() in environ:
             found.append(int(entry.name))
     return found
-
-
-def wait_until(condition, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.fixture

@@ -5,15 +5,8 @@ reach the same parameters as one worker with batch B, step for step. A control r
 gradient exchange shows the comparison can fail.
 """
 import pytest
-import torch
 
-STEPS = dict(steps=6, lr=0.1, momentum=0.9, weight_decay=1e-4, seed=3)
-
-
-def assert_same(a: dict, b: dict, atol: float = 2e-5) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+from conftest import STEPS, assert_same
 
 
 def max_difference(a: dict, b: dict) -> float:
