@@ -20,6 +20,11 @@ import psutil
 import pytest
 import torch
 
+# Tests time nothing, and on a machine shared with other jobs torch's pool of one thread a core
+# spins against them: test_models.py took 60 s with 2 threads under load, 11 s with 1. Workers
+# are other processes and get their threads from the launcher, not from here.
+torch.set_num_threads(1)
+
 # ---- the fast tier starts no process --------------------------------------------------------
 # ``slow`` means "starts a process" (workers, servers, the CLI in a subprocess, a browser, git).
 # A test without the marker that starts one fails, naming the marker, so `make test-fast` stays
