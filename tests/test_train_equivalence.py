@@ -8,6 +8,8 @@ import pytest
 
 from conftest import STEPS, assert_same
 
+pytestmark = pytest.mark.slow  # every test here starts worker processes
+
 
 def max_difference(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -21,7 +23,6 @@ def single(tmp_path_factory):
                         **STEPS)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 4])
 def test_n_workers_with_batch_b_over_n_equal_one_worker_with_batch_b(train_run, single, workers):
     record, state = train_run(workers=workers, global_batch=32, **STEPS)
@@ -31,21 +32,18 @@ def test_n_workers_with_batch_b_over_n_equal_one_worker_with_batch_b(train_run, 
     assert_same(state, single[1])
 
 
-@pytest.mark.slow
 def test_two_workers_of_b_equal_one_worker_of_2b(train_run, single):
     record, state = train_run(workers=2, batch_size=16, **STEPS)  # weak-scaling spelling
     assert record["derived"]["global_batch"] == 32
     assert_same(state, single[1])
 
 
-@pytest.mark.slow
 def test_accumulation_equals_the_whole_batch(train_run, single):
     record, state = train_run(workers=2, batch_size=8, accumulate=2, **STEPS)
     assert record["derived"]["global_batch"] == 32
     assert_same(state, single[1])
 
 
-@pytest.mark.slow
 def test_without_gradient_exchange_the_replicas_differ(train_run, single):
     # the control: if this matched too, the tests above would prove nothing
     _, state = train_run(workers=2, global_batch=32, sync="none", **STEPS)
