@@ -42,27 +42,26 @@ def test_describe_is_one_line_and_a_known_failure_speaks_for_itself():
     assert describe(ValueError("x" * 1000)) == "ValueError: " + "x" * 400
 
 
-def test_detail_keeps_the_cause_and_the_end_of_a_long_traceback():
+def raised_from_a_cause(message: str) -> RuntimeError:
+    """A RuntimeError raised while handling a KeyError, with its traceback, as a rank has it."""
     try:
         try:
             raise KeyError("inner")
         except KeyError as inner:
-            raise RuntimeError("outer " + "y" * (2 * DETAIL_LIMIT)) from inner
+            raise RuntimeError(message) from inner
     except RuntimeError as exc:
-        text = detail(exc)
-    assert len(text) == DETAIL_LIMIT
-    assert text.rstrip().endswith("y")  # the last line is the one that matters
+        return exc
 
 
-def test_detail_of_a_short_traceback_names_the_cause():
-    try:
-        try:
-            raise KeyError("inner")
-        except KeyError as inner:
-            raise RuntimeError("outer") from inner
-    except RuntimeError as exc:
-        text = detail(exc)
+def test_detail_names_the_cause():
+    text = detail(raised_from_a_cause("outer"))
     assert "KeyError: 'inner'" in text and "RuntimeError: outer" in text
+
+
+def test_detail_of_a_long_traceback_keeps_its_end():
+    text = detail(raised_from_a_cause("outer " + "y" * (2 * DETAIL_LIMIT) + " end"))
+    assert len(text) == DETAIL_LIMIT
+    assert text.rstrip().endswith("y end")  # the error itself comes last: that is what matters
 
 
 def test_the_error_file_tells_the_launcher_message_secondary_and_out_of_memory(
