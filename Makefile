@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make demo   - install into .venv, then run the built-in scaling study on this machine's cores
 #   make test   - install into .venv, then run the whole test suite
+#   make test-fast - the tests that start no process (not marked slow), for every edit
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast install clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,6 +21,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

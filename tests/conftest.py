@@ -1,14 +1,103 @@
-"""Shared helpers: real training runs through the public API, read back from their files, and run
-records written with stated figures for the report's tests."""
+"""Shared helpers: real training runs through the public API, read back from their files; what
+the equivalence and process tests share; run records written with stated figures for the
+report's tests; and the guard that keeps the fast tier (``-m "not slow"``) free of processes.
+
+Test modules import helpers from here, never from each other."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
+
+# Tests time nothing, and on a machine shared with other jobs torch's pool of one thread a core
+# spins against them: test_models.py took 60 s with 2 threads under load, 11 s with 1. Workers
+# are other processes and get their threads from the launcher, not from here.
+torch.set_num_threads(1)
+
+# ---- the fast tier starts no process --------------------------------------------------------
+# ``slow`` means "starts a process" (workers, servers, the CLI in a subprocess, a browser, git).
+# A test without the marker that starts one fails, naming the marker, so `make test-fast` stays
+# free of processes as tests are added. Python's audit events see every start through
+# subprocess, os.fork/exec/spawn and os.system without touching production code; a child still
+# alive after a test phase catches whatever starts processes some other way.
+
+PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn",
+                            "os.spawn", "os.exec", "os.system"})
+_started: list[str] | None = None  # None while no fast test runs (audit hooks cannot be removed)
+
+
+class ProcessInFastTest(RuntimeError):
+    """Raised where a fast-tier test starts a process, so that it does not start."""
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _started is not None and event in PROCESS_EVENTS:
+        _started.append(f"{event} {str(args[:2])[:200]}")
+        raise ProcessInFastTest(f"{event} in a test not marked slow (the fast tier starts none)")
+
+
+sys.addaudithook(_audit)
+
+
+def _children() -> dict[int, str]:
+    found = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            found[child.pid] = " ".join(child.cmdline())[:200]
+        except psutil.Error:  # gone or a zombie: it was started all the same
+            found[child.pid] = "(exited)"
+    return found
+
+
+@contextmanager
+def _no_process(item: pytest.Item):
+    """Fail ``item`` if it is not marked slow and starts a process during this phase."""
+    global _started
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+    before = _children()
+    _started = []
+    try:
+        yield
+    finally:
+        started, _started = _started, None
+        started += [f"child {pid}: {command}" for pid, command in _children().items()
+                    if pid not in before]
+        if started:  # replaces the test's own error, which the blocked start caused
+            raise pytest.fail.Exception(
+                f"{item.nodeid} starts a process but is not marked slow; add @pytest.mark.slow "
+                f"(pytestmark = pytest.mark.slow for a whole file):\n  " + "\n  ".join(started),
+                pytrace=False) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _no_process(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _no_process(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    with _no_process(item):
+        return (yield)
 
 
 def run_training(out: Path, expect: str | None = "ok",
@@ -40,6 +129,42 @@ def train_run(tmp_path):
         return run_training(tmp_path / f"run{next(counter)}", **options)
 
     return run
+
+
+# Equivalence runs: few steps with momentum and weight decay, so a wrong update shows; compared
+# within 2e-5 absolute, 1e-4 relative (float sums in another order differ by about that)
+STEPS = dict(steps=6, lr=0.1, momentum=0.9, weight_decay=1e-4, seed=3)
+
+
+def assert_same(a: dict, b: dict, atol: float = 2e-5) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+
+
+def wait_until(condition, timeout_s: float):
+    """``condition()``'s first true value within ``timeout_s``, else its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    return condition()
+
+
+def run_chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
+    """Headless Chromium with its own ``profile`` folder; skipped without it, except in CI."""
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is required in CI (apt-get install chromium)")
+        pytest.skip("chromium not installed")
+    command = [path, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+               "--virtual-time-budget=5000", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
 # ---- records in the documented schema (docs/record.md), with figures a test states ------------

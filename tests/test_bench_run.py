@@ -126,6 +126,7 @@ def test_a_study_folder_takes_one_bench_at_a_time(tmp_path, capsys):
 
 # --- real studies ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_two_configuration_study_end_to_end(tmp_path, capsys):
     study = tmp_path / "weak"
     argv = ["bench", "--model", "mlp", "--dataset", "digits", "--scaling", "weak",
@@ -161,6 +162,7 @@ def test_two_configuration_study_end_to_end(tmp_path, capsys):
     assert mtimes == {f: (study / "runs" / f / "record.json").stat().st_mtime_ns for f in found}
 
 
+@pytest.mark.slow
 def test_out_of_memory_skips_larger_batches_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PARASCALE_FAULT", "oom@16")
     jobs = make_jobs(combine(options=TINY, variables=[("batch_size", [32, 8, 16])],
@@ -182,6 +184,7 @@ def test_out_of_memory_skips_larger_batches_with_the_reason(tmp_path, monkeypatc
     assert records(tmp_path / "oom") == {r["study"]["config_id"]: r for r in result.values()}
 
 
+@pytest.mark.slow
 def test_rerun_failed_runs_a_failed_configuration_again(tmp_path, monkeypatch, capsys):
     study = tmp_path / "flaky"
     argv = ["bench", "--model", "mlp", "--workers", "1", "--batch-size", "8", "--steps", "2",

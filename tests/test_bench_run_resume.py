@@ -8,6 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a real study, killed and run again
+
 
 def test_study_killed_mid_run_resumes_where_it_stopped(tmp_path):
     study = tmp_path / "study"

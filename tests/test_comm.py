@@ -60,6 +60,7 @@ def test_comm_on_two_workers_prints_a_table_and_writes_its_record(tmp_path):
     (["--workers", "2", "--sizes", "1Q"], "--sizes: cannot read '1Q'"),
     (["--workers", "2", "--ops", "allreduce,scatter"], "--ops: unknown 'scatter'"),
 ])
+@pytest.mark.slow
 def test_comm_usage_errors_are_one_line_and_exit_2(args, message):
     proc = parascale("comm", *args)
     assert proc.returncode == 2

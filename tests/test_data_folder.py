@@ -43,7 +43,7 @@ def normalised(rgb: np.ndarray) -> torch.Tensor:
     return (torch.from_numpy(rgb).permute(2, 0, 1).float() / 255 - MEAN) / STD
 
 
-@pytest.mark.parametrize("loader_workers", [0, 2])
+@pytest.mark.parametrize("loader_workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_imagefolder_batches_follow_the_index_lists(tmp_path, loader_workers):
     pixels = make_tree(tmp_path)
     cfg = TrainConfig(dataset="imagefolder", data_dir=str(tmp_path))
@@ -130,6 +130,7 @@ def test_sizes_differing_beyond_the_sampled_images_fail_clearly_in_batches(tmp_p
         list(bundle.train.batches([[0, 1]], CPU, train=False))
 
 
+@pytest.mark.slow
 def test_unreadable_image_is_a_usage_error_or_a_bad_image_in_training(tmp_path):
     (tmp_path / "train" / "cat").mkdir(parents=True)
     (tmp_path / "train" / "cat" / "broken.png").write_bytes(b"not a png")

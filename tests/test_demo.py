@@ -7,8 +7,9 @@ import pytest
 
 from parascale.cli.main import main
 
+pytestmark = pytest.mark.slow  # every test here starts worker processes
 
-@pytest.mark.slow
+
 def test_quick_demo_runs_weak_and_strong_scaling_and_resumes(tmp_path, capsys):
     study = tmp_path / "demo"
     assert main(["demo", "--quick", "--out", str(study)]) == 0

@@ -27,14 +27,14 @@ from parascale.errors import UsageError
 from parascale.report import load_records, summary_rows
 from parascale.report.plots import series_labels
 from parascale.report.tables import format_markdown, format_terminal
-from test_report_tables import record, write_study
+from conftest import record, write_study
 
 TINY = {"model": "mlp", "dataset": "digits", "steps": 2, "timeout": 60.0}
 NESTED = "[" * 100_000 + "]" * 100_000  # 200 KB of brackets
 
 
 def rec(folder: str, *args, **kwargs) -> dict:
-    """A record from test_report_tables, filed under runs/``folder`` (not under its model name,
+    """A record from conftest, filed under runs/``folder`` (not under its model name,
     which may be long or strange)."""
     data = record(*args, **kwargs)
     data["study"]["config_id"] = folder

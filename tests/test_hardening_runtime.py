@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_sync_parameter_server import wait_until
+from conftest import wait_until
 
 from parascale.cli.main import main
 from parascale.config import TrainConfig, available_cores

@@ -6,13 +6,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from parascale.report import write_report
-from test_report_tables import record, write_study
+from conftest import record, run_chromium, write_study
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"
@@ -85,29 +84,12 @@ def test_images_are_embedded_png_data_uris(report):
 
 # ---- headless Chromium ------------------------------------------------------------------------
 
-def _chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (apt-get install chromium)")
-        pytest.skip("chromium not installed")
-    return path
-
-
-def _run_chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-               "--virtual-time-budget=5000", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-
-
 def _probe(page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
     """Load a probed copy of ``page``; return the probe's findings and Chromium's console lines."""
     html = page.read_text()
     probed = tmp_path / "probed.html"
     probed.write_text(html.replace('<meta charset="utf-8">', '<meta charset="utf-8">' + PROBE, 1))
-    result = _run_chromium(tmp_path / "profile-probe", "--dump-dom", probed.as_uri())
+    result = run_chromium(tmp_path / "profile-probe", "--dump-dom", probed.as_uri())
     found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
     assert found, f"page never finished loading: {result.stderr[-2000:]}"
     findings = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
@@ -115,12 +97,13 @@ def _probe(page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
     return findings, console
 
 
+@pytest.mark.slow
 def test_page_loads_in_chromium_without_errors_and_renders(report, tmp_path):
     findings, console = _probe(report, tmp_path)
     assert findings == {"images": 7, "undecoded": 0, "errors": []}
     assert console == []
     shot = tmp_path / "screenshot.png"
-    result = _run_chromium(tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000",
+    result = run_chromium(tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000",
                            "--hide-scrollbars", report.as_uri())
     assert shot.exists(), result.stderr[-2000:]
     assert shot.read_bytes()[:8] == PNG_MAGIC and shot.stat().st_size > 20_000
@@ -128,6 +111,7 @@ def test_page_loads_in_chromium_without_errors_and_renders(report, tmp_path):
         shutil.copy(shot, os.environ["PARASCALE_KEEP_SCREENSHOT"])
 
 
+@pytest.mark.slow
 def test_chromium_probe_catches_broken_images_and_script_errors(tmp_path):
     """The check above is only worth something if it fails on a broken page."""
     bad = tmp_path / "bad.html"

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from parascale.report import load_records, summary_rows
 from parascale.report.plots import _worker_axis, make_plots, series_labels, write_plots
-from test_report_tables import record, write_study
+from conftest import record, write_study
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SCALING_PLOTS = {"epoch_time", "throughput", "speedup", "efficiency", "accuracy", "step_time"}

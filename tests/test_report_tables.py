@@ -1,7 +1,4 @@
 """Report tables against hand computations on fixed records (no training: records are written here).
-
-The record helpers (from conftest.py) are also imported through here by test_report_plots.py
-and test_report_html.py.
 """
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ from parascale.report import command
 from parascale.report.tables import format_csv, format_markdown
 from parascale.report.wording import sentences
 
-from conftest import record, write_study  # noqa: F401 (re-exported to the other report tests)
+from conftest import record, write_study
 
 
 # ---- helpers (record and write_study live in conftest.py, shared) --------------------------

@@ -10,10 +10,12 @@ feedback). The bounds below leave a margin of about 8x for fp16 and bf16 and 1.5
 """
 import pytest
 import torch
-from test_train_equivalence import STEPS
+from conftest import STEPS
 
 from parascale import data, models
 from parascale.config import TrainConfig
+
+pytestmark = pytest.mark.slow  # every test here starts worker processes
 
 TOLERANCE = {"fp16": 0.005, "bf16": 0.02, "powersgd": 0.6}
 
@@ -37,7 +39,6 @@ def exact(tmp_path_factory):
     return record, state, initial
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("compression", list(TOLERANCE))
 def test_compressed_allreduce_stays_close_to_exact_training(train_run, exact, compression):
     record, state = train_run(workers=2, global_batch=32, compression=compression, **STEPS)
@@ -58,7 +59,6 @@ def test_compressed_allreduce_stays_close_to_exact_training(train_run, exact, co
     assert record["steps"]["phases"]["sync"]["p50"] > 0
 
 
-@pytest.mark.slow
 def test_waiting_for_a_straggler_inside_backward_is_sync_not_compute(train_run, monkeypatch):
     # rank 1 sleeps 50 ms before every step, so rank 0 reaches the allreduce 50 ms early and
     # DDP's backward waits that long after its last gradient is ready

@@ -6,7 +6,9 @@ server processes, and local SGD averaging after every step. Momentum and weight 
 so the servers' SGD and local SGD's parameter averaging are checked for the full update rule.
 """
 import pytest
-from test_train_equivalence import STEPS, assert_same
+from conftest import STEPS, assert_same
+
+pytestmark = pytest.mark.slow  # every test here starts worker processes
 
 SYNCHRONOUS = {
     "reduce-broadcast": dict(sync="reduce-broadcast"),
@@ -28,7 +30,6 @@ def single(tmp_path_factory):
 CASES = [(s, w) for s in SYNCHRONOUS for w in (2, 4) if (s, w) != ("ps-1-server", 4)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("strategy, workers", CASES)
 def test_synchronous_strategy_equals_one_worker_on_the_whole_batch(train_run, single, strategy,
                                                                    workers):

@@ -7,7 +7,7 @@ and saved at the end is the mean of the replicas (5 steps with H = 2: the last s
 """
 import pytest
 import torch
-from test_train_equivalence import assert_same
+from conftest import assert_same
 from torch import nn
 
 from parascale import data, models

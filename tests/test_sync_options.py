@@ -48,6 +48,7 @@ def test_unknown_strategy_lists_the_valid_ones():
         sync.check("local_sgd")
 
 
+@pytest.mark.slow
 def test_cli_reports_a_misplaced_option_on_one_line_with_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "parascale", "train", "--workers", "2",
                            "--period", "4", "--out", str(tmp_path / "run")],

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
+
+pytestmark = pytest.mark.slow  # every test here starts worker processes
+
 SERVER_MODULE = b"parascale.sync.ps_server"
 
 
@@ -33,16 +37,6 @@ def servers_tagged(tag: str) -> list[int]:
     return found
 
 
-def wait_until(condition, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    return condition()
-
-
 @pytest.fixture
 def tag(monkeypatch):
     value = uuid.uuid4().hex
@@ -50,7 +44,6 @@ def tag(monkeypatch):
     return value
 
 
-@pytest.mark.slow
 def test_async_server_trains_digits_and_a_slowed_worker_sends_stale_gradients(train_run,
                                                                                monkeypatch):
     # rank 1 sleeps 20 ms before every step, so rank 0 updates the model while rank 1 computes
@@ -67,7 +60,6 @@ def test_async_server_trains_digits_and_a_slowed_worker_sends_stale_gradients(tr
     assert slow["mean"] > fast["mean"], sync
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 0])  # rank 0 is the servers' parent
 def test_no_server_outlives_a_killed_worker(train_run, monkeypatch, tag, rank):
     monkeypatch.setenv("PARASCALE_FAULT", f"kill@{rank}:3")
@@ -78,7 +70,6 @@ def test_no_server_outlives_a_killed_worker(train_run, monkeypatch, tag, rank):
     assert servers_tagged(tag) == []
 
 
-@pytest.mark.slow
 def test_a_killed_server_fails_the_job_naming_it(tmp_path, tag):
     env = {**os.environ, "PARASCALE_FAULT": "slow@0:0.05,slow@1:0.05"}
     proc = subprocess.Popen(

@@ -5,15 +5,10 @@ reach the same parameters as one worker with batch B, step for step. A control r
 gradient exchange shows the comparison can fail.
 """
 import pytest
-import torch
 
-STEPS = dict(steps=6, lr=0.1, momentum=0.9, weight_decay=1e-4, seed=3)
+from conftest import STEPS, assert_same
 
-
-def assert_same(a: dict, b: dict, atol: float = 2e-5) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
+pytestmark = pytest.mark.slow  # every test here starts worker processes
 
 
 def max_difference(a: dict, b: dict) -> float:
@@ -28,7 +23,6 @@ def single(tmp_path_factory):
                         **STEPS)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 4])
 def test_n_workers_with_batch_b_over_n_equal_one_worker_with_batch_b(train_run, single, workers):
     record, state = train_run(workers=workers, global_batch=32, **STEPS)
@@ -38,21 +32,18 @@ def test_n_workers_with_batch_b_over_n_equal_one_worker_with_batch_b(train_run, 
     assert_same(state, single[1])
 
 
-@pytest.mark.slow
 def test_two_workers_of_b_equal_one_worker_of_2b(train_run, single):
     record, state = train_run(workers=2, batch_size=16, **STEPS)  # weak-scaling spelling
     assert record["derived"]["global_batch"] == 32
     assert_same(state, single[1])
 
 
-@pytest.mark.slow
 def test_accumulation_equals_the_whole_batch(train_run, single):
     record, state = train_run(workers=2, batch_size=8, accumulate=2, **STEPS)
     assert record["derived"]["global_batch"] == 32
     assert_same(state, single[1])
 
 
-@pytest.mark.slow
 def test_without_gradient_exchange_the_replicas_differ(train_run, single):
     # the control: if this matched too, the tests above would prove nothing
     _, state = train_run(workers=2, global_batch=32, sync="none", **STEPS)

@@ -5,6 +5,8 @@ import torch
 from parascale import data, models
 from parascale.config import TrainConfig
 
+pytestmark = pytest.mark.slow  # every test here starts worker processes
+
 
 def local_accuracy(cfg: TrainConfig, state: dict) -> tuple[float, int]:
     """Accuracy of the saved model over the whole test set, in this one process."""
@@ -20,7 +22,6 @@ def local_accuracy(cfg: TrainConfig, state: dict) -> tuple[float, int]:
     return correct / len(bundle.test), len(bundle.test)
 
 
-@pytest.mark.slow
 def test_accuracy_over_uneven_shards_equals_single_process_accuracy(train_run):
     # synthetic_size 404 gives 101 test samples: shards of 33/34 on 3 workers
     options = dict(dataset="synthetic", synthetic_shape=(3, 8, 8), synthetic_size=404,
@@ -32,7 +33,6 @@ def test_accuracy_over_uneven_shards_equals_single_process_accuracy(train_run):
     assert record["summary"]["final_test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
 
-@pytest.mark.slow
 def test_record_has_warmup_schedule_time_to_accuracy_and_phases(train_run):
     record, _ = train_run(workers=2, batch_size=16, epochs=4, lr=0.02, lr_scaling="linear",
                           warmup_epochs=2, target_accuracy=0.8)
@@ -56,14 +56,12 @@ def test_record_has_warmup_schedule_time_to_accuracy_and_phases(train_run):
     assert len(record["memory"]["peak_bytes_per_rank"]) == 2
 
 
-@pytest.mark.slow
 def test_training_stops_at_the_target_when_asked(train_run):
     record, _ = train_run(workers=2, batch_size=16, epochs=5, target_accuracy=0.3,
                           stop_at_target=True)
     assert len(record["epochs"]) == record["time_to_accuracy"]["epoch"] < 5
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("option", [dict(precision="bf16"), dict(compile=True)])
 def test_options_that_change_how_the_step_runs_still_train(train_run, option):
     record, state = train_run(workers=2, batch_size=16, epochs=2, lr=0.05, **option)

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here starts worker processes
+
 FAST = dict(workers=2, global_batch=32, epochs=2, timeout=10.0)
 
 
@@ -17,7 +19,6 @@ def fault(monkeypatch):
     return set_fault
 
 
-@pytest.mark.slow
 def test_killed_worker_is_named_and_no_success_is_recorded(train_run, fault):
     fault("kill@1:3")
     start = time.monotonic()
@@ -28,7 +29,6 @@ def test_killed_worker_is_named_and_no_success_is_recorded(train_run, fault):
     assert state is None  # no model from a failed run
 
 
-@pytest.mark.slow
 def test_crashing_worker_is_named_with_its_error(train_run, fault):
     fault("raise@1:2")
     record, _ = train_run(expect="failed", **FAST)
@@ -36,7 +36,6 @@ def test_crashing_worker_is_named_with_its_error(train_run, fault):
     assert record["reason"].startswith("rank 1 failed: RuntimeError: injected fault")
 
 
-@pytest.mark.slow
 def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
     fault("hang@1:2")
     start = time.monotonic()
@@ -46,7 +45,6 @@ def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
     assert record["reason"].startswith("rank 1 stopped responding"), record["reason"]
 
 
-@pytest.mark.slow
 def test_out_of_memory_is_a_result(train_run, fault):
     fault("oom@16")
     record, _ = train_run(expect="oom", **FAST)
@@ -54,7 +52,6 @@ def test_out_of_memory_is_a_result(train_run, fault):
     assert "per-device batch 16" in record["reason"]
 
 
-@pytest.mark.slow
 def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PARASCALE_FAULT": "raise@1:2"}
@@ -76,7 +73,6 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@pytest.mark.slow
 def test_workers_die_with_a_killed_launcher(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-m", "parascale", "train", "--workers", "2",
                                  "--epochs", "500", "--no-save-model", "--out",

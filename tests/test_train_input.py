@@ -53,6 +53,7 @@ def test_busy_port_is_a_usage_error(capsys, tmp_path):
     assert not (tmp_path / "out" / "record.json").exists()
 
 
+@pytest.mark.slow
 def test_no_traceback_from_the_real_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "parascale", "train", "--model", "nope",
                            "--out", str(tmp_path / "o")], capture_output=True, text=True,

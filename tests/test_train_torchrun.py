@@ -10,6 +10,8 @@ import torch
 
 from conftest import run_training
 
+pytestmark = pytest.mark.slow  # every test here starts worker processes
+
 ARGS = ["--model", "smallcnn", "--dataset", "digits", "--global-batch", "32", "--steps", "5",
         "--lr", "0.1", "--seed", "5", "--timeout", "60"]
 
@@ -20,7 +22,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
 def test_two_torchrun_nodes_train_like_a_local_two_worker_job(tmp_path):
     port, out = free_port(), tmp_path / "torchrun"
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}

@@ -161,6 +161,7 @@ def test_a_cpu_burner_during_the_run_is_recorded_and_named(tmp_path):
     assert "other processes used" in last and "pid " in last
 
 
+@pytest.mark.slow
 def test_version_is_printed_without_importing_torch():
     code = ("import sys\nfrom parascale.cli.main import main\n"
             "try:\n    main(['--version'])\nexcept SystemExit as exc:\n    code = exc.code\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import machine_block, record, write_study
+from conftest import machine_block, record, run_chromium, write_study
 from parascale.cli.main import main
 from parascale.report import format_terminal, load_records, summary_rows, write_report
 from parascale.report.tables import format_csv
@@ -289,10 +289,10 @@ window.addEventListener('load', function () {
 </script>"""
 
 
+@pytest.mark.slow
 def test_report_tables_fit_the_page_in_chromium(tmp_path):
     import re
 
-    from test_report_html import _run_chromium
 
     tta = {"target": 0.9, "reached": True, "epoch": 3, "elapsed_s": 14.2}
     records = []
@@ -310,7 +310,7 @@ def test_report_tables_fit_the_page_in_chromium(tmp_path):
     probed = tmp_path / "probed.html"
     probed.write_text(page.read_text().replace('<meta charset="utf-8">',
                                                '<meta charset="utf-8">' + OVERFLOW_PROBE, 1))
-    result = _run_chromium(tmp_path / "profile", "--window-size=1200,3000", "--dump-dom",
+    result = run_chromium(tmp_path / "profile", "--window-size=1200,3000", "--dump-dom",
                            probed.as_uri())
     found = re.search(r'<pre id="overflow">(.*?)</pre>', result.stdout, re.S)
     assert found, result.stderr[-2000:]
