@@ -38,6 +38,7 @@ def test_a_cast_compressor_rounds_to_its_type_and_counts_its_bytes():
     assert plain.compress(grad) is grad and plain.bytes_for(3, 4) == 12
 
 
+@pytest.mark.slow  # the command line as a user runs it: a subprocess
 def test_powersgd_outside_ddp_is_one_line_exit_2_and_nothing_written(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "parascale", "train", "--workers", "2",
                            "--sync", "reduce-broadcast", "--compression", "powersgd",
