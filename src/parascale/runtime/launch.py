@@ -160,7 +160,8 @@ class LocalJob:
             wenv.setdefault("GLOO_SOCKET_IFNAME", "lo")
             log = None if rank == 0 else self.tmp / f"rank{rank}.log"
             self.logs.append(log)
-            self.procs.append(processes.start_module(self.module, wenv, log, self.threads))
+            self.procs.append(processes.start_module(self.module, wenv, log, self.threads,
+                                                     f"parascale-r{rank}"))
 
     def _watch(self) -> Outcome:
         first_failure = None

@@ -106,7 +106,7 @@ def _detach(dup) -> int:
 
 
 def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], out: int,
-                 err: int, threads: int, server: int) -> None:
+                 err: int, threads: int, server: int, title: str) -> None:
     """Runs in the fork server's child: become the launcher's process of this moment, then run
     ``module`` as ``python -m module`` would."""
     import multiprocessing
@@ -114,6 +114,7 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
     from multiprocessing import forkserver, resource_tracker
 
     die_with_parent()
+    _set_title(title)
     if os.getppid() != server:  # the server died before the parent-death signal was armed
         os._exit(1)
     # the server exits when every holder of its 'alive' pipe has closed it: only the launcher may
@@ -136,12 +137,29 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    sys.path[:] = path
+    # a PYTHONPATH given for this job counts as it would for a fresh interpreter
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in path]
+    sys.path[:] = extra + path
+    # torch and numpy seed their global generators from entropy at import, which happened once,
+    # in the server: each child draws its own seed, as a fresh interpreter does
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
     sys.argv = [module]
     import torch
 
+    torch.seed()
     torch.set_num_threads(threads)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _set_title(title: str) -> None:
+    """The name ps, top and psutil show (the command line stays the fork server's)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 class Child:
@@ -175,9 +193,11 @@ class Child:
         return self._proc.exitcode
 
 
-def start_module(module: str, env: dict[str, str], log: Path | None, threads: int) -> Child:
+def start_module(module: str, env: dict[str, str], log: Path | None, threads: int,
+                 title: str) -> Child:
     """Run ``module`` as ``python -m module`` would, forked from the fork server, with ``env``
-    (the whole environment) and output to ``log``, or where this process's output goes now."""
+    (the whole environment) and output to ``log``, or where this process's output goes now;
+    ``title``: the process name ps shows (15 bytes at most)."""
     from multiprocessing import forkserver
 
     ctx = _context()
@@ -187,7 +207,7 @@ def start_module(module: str, env: dict[str, str], log: Path | None, threads: in
     try:
         out, err = (handle.fileno(), handle.fileno()) if handle else (1, 2)
         proc = ctx.Process(target=_forked_main, name=module, args=(
-            module, env, os.getcwd(), list(sys.path), _Fd(out), _Fd(err), threads, server))
+            module, env, os.getcwd(), list(sys.path), _Fd(out), _Fd(err), threads, server, title))
         proc.start()
     finally:
         if handle is not None:
