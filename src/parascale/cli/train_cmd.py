@@ -108,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
     cfg.setdefault("out", default_out(cfg))
     if _speaks():  # before torch is imported: that alone takes seconds
         print("parascale: checking the configuration and data...", flush=True)
+    from parascale.runtime.env import external_launcher as launched_by
+    from parascale.runtime.processes import warm
+
+    if not launched_by():  # the workers' import of torch runs while this process imports it
+        warm()
 
     from parascale.errors import WorkerFailure
     from parascale.runtime import external_launcher

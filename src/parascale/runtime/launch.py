@@ -3,9 +3,10 @@
 The launcher hosts the rendezvous TCPStore itself (:func:`open_store`: listening on loopback
 only, on a port the operating system chooses or the user's ``--port``) and passes that port to
 the workers: no free-port guessing, so no race between choosing a port and binding it. Each
-worker is a fresh interpreter (``python -m <module>``) with its rank in ``PARASCALE_*``
-variables, threads capped so that N workers do not oversubscribe the cores, and gloo bound to
-the loopback interface, so nothing of the job listens beyond this machine.
+worker runs ``<module>`` as ``python -m`` would, forked from the fork server
+(:mod:`.processes`), with its rank in ``PARASCALE_*`` variables, threads capped so that N
+workers do not oversubscribe the cores, and gloo bound to the loopback interface, so nothing of
+the job listens beyond this machine.
 
 When a worker exits with an error or is killed, the failure names the rank that caused it and
 the others are killed at once: a stuck worker may not answer SIGTERM (one blocked in native code
@@ -26,10 +27,7 @@ import errno
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ import torch.distributed as dist
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
+from parascale.runtime import processes
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.world import LOCAL_ENV
 
@@ -50,7 +49,6 @@ POLL_S = 0.05
 STUCK_SLACK_S = 2.0
 #: CPU threads a local launch may ask for, per core, before it needs --oversubscribe
 OVERSUBSCRIPTION = 4
-LOG_TAIL = 12  # lines of a failed worker's log shown to the user
 
 
 @dataclass
@@ -124,24 +122,6 @@ def check_oversubscription(workers: int, threads: int, cores: int, servers: int 
                      f"{advice + ', or ' if advice else ''}--oversubscribe to run it anyway")
 
 
-def _die_with_launcher() -> None:
-    """Runs in each worker before exec: if the launcher dies, even by SIGKILL, so does the
-    worker (Linux's parent-death signal), instead of training on as an orphan."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: workers may outlive a killed launcher
-        pass
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
 class LocalJob:
     """One launch: the store, the processes, their error files and logs."""
 
@@ -151,7 +131,7 @@ class LocalJob:
         self.store = store
         sweep()  # folders of earlier launchers killed outright (SIGKILL leaves them behind)
         self.tmp = make_dir("parascale-job-")
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[processes.Child] = []
         self.logs: list[Path | None] = []
 
     def run(self) -> Outcome:
@@ -179,15 +159,9 @@ class LocalJob:
             # gloo otherwise listens on whatever the host name resolves to
             wenv.setdefault("GLOO_SOCKET_IFNAME", "lo")
             log = None if rank == 0 else self.tmp / f"rank{rank}.log"
-            out = None if log is None else open(log, "wb")
             self.logs.append(log)
-            try:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", self.module], env=wenv, stdout=out, stderr=out,
-                    stdin=subprocess.DEVNULL, preexec_fn=_die_with_launcher))
-            finally:
-                if out is not None:
-                    out.close()
+            self.procs.append(processes.start_module(self.module, wenv, log, self.threads,
+                                                     f"parascale-r{rank}"))
 
     def _watch(self) -> Outcome:
         first_failure = None
@@ -239,32 +213,12 @@ class LocalJob:
                 return report
             except (OSError, ValueError, KeyError):
                 pass
-        if code < 0:
-            message = f"was killed by {_signal_name(code)}"
-        else:
-            message = f"exited with code {code}"
-        tail = self._tail(rank)
+        message = processes.exit_text(code)
+        tail = processes.tail(self.logs[rank], f"[rank {rank}] ")
         return {"message": message + (f"; its last output: {tail}" if tail else "")}
 
-    def _tail(self, rank: int) -> str:
-        log = self.logs[rank]
-        if log is None or not log.exists():
-            return ""
-        lines = log.read_text(errors="replace").strip().splitlines()[-LOG_TAIL:]
-        return " | ".join(f"[rank {rank}] {line}" for line in lines if line.strip())
-
     def _stop(self, grace_s: float) -> None:
-        """SIGTERM, then SIGKILL after ``grace_s``; with no grace, SIGKILL at once."""
-        alive = [p for p in self.procs if p.poll() is None]
-        for p in alive:
-            p.send_signal(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
-        deadline = time.monotonic() + grace_s
-        for p in alive:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        processes.stop(self.procs, grace_s)
 
 
 def launch(module: str, size: int, env: dict[str, str], port: int | None = None,

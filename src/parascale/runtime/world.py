@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 
 from parascale.errors import UsageError
+from parascale.runtime.env import LOCAL_ENV, external_launcher, external_size
 
-LOCAL_ENV = "PARASCALE_STORE_PORT"
 
 
 @dataclass
@@ -47,24 +47,6 @@ class World:
     def is_main(self) -> bool:
         """Rank 0 speaks: it prints, shows progress and writes the record."""
         return self.rank == 0
-
-
-def external_launcher() -> str | None:
-    """'torchrun' or 'slurm' when this process belongs to a world started by someone else."""
-    if os.environ.get(LOCAL_ENV):
-        return None
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return "torchrun"
-    # srun sets SLURM_PROCID for every task; SLURM_STEP_ID tells srun from the batch script itself
-    if "SLURM_PROCID" in os.environ and "SLURM_STEP_ID" in os.environ \
-            and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        return "slurm"
-    return None
-
-
-def external_size() -> int:
-    """World size announced by torchrun or srun."""
-    return int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
 
 
 def resolve_device_type(requested: str, gpus: tuple[int, ...] | None) -> str:

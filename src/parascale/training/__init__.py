@@ -27,6 +27,7 @@ from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size, launch,
                                open_store, resolve_backend, resolve_device_type)
+from parascale.runtime import processes
 from parascale.runtime.staging import produce
 from parascale.runtime import faults
 from parascale import record as rec
@@ -146,6 +147,8 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
     ``timing``: ``parascale train`` passes its process's start; by default, this call.
     """
     called = time.time()
+    if not external_launcher():
+        processes.warm()  # its imports overlap the checks below (a no-op once it runs)
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
     validate(cfg)
     size = world_size_for(cfg)

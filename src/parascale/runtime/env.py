@@ -1,0 +1,25 @@
+"""Who started this process, read from the environment alone (no torch import, so that a
+command can decide to start the fork server before importing it)."""
+from __future__ import annotations
+
+import os
+
+LOCAL_ENV = "PARASCALE_STORE_PORT"
+
+
+def external_launcher() -> str | None:
+    """'torchrun' or 'slurm' when this process belongs to a world started by someone else."""
+    if os.environ.get(LOCAL_ENV):
+        return None
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return "torchrun"
+    # srun sets SLURM_PROCID for every task; SLURM_STEP_ID tells srun from the batch script itself
+    if "SLURM_PROCID" in os.environ and "SLURM_STEP_ID" in os.environ \
+            and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return "slurm"
+    return None
+
+
+def external_size() -> int:
+    """World size announced by torchrun or srun."""
+    return int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)

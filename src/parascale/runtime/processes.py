@@ -1,0 +1,239 @@
+"""Start, watch and stop the processes of a local job: workers and parameter servers.
+
+Workers fork from a *fork server* (``multiprocessing``'s forkserver) that has imported torch
+and the worker code once, for the life of the launching process: a study, or a test session,
+pays that import once instead of once per worker per configuration. The server only imports
+(no thread, CUDA context or random draw of its own), and every worker is a fresh fork of it,
+never of the launcher or of an earlier configuration's worker (see docs/design.md, "Start-up:
+the fork server").
+
+A fork inherits the server's environment, working folder, ``sys.path`` and output from when the
+server started, so each child first takes the launcher's as they are at launch time: the
+environment and the job's variables, the working folder and ``sys.path``, and the output file
+descriptors passed to it (rank 0 writes where the launcher writes now, other ranks to their log
+file). libgomp reads ``OMP_NUM_THREADS`` when torch is imported, in the server, so the child
+sets its thread count itself.
+
+Die with the launcher: the server dies with the launcher, and each child with the server
+(Linux's parent-death signal, see :mod:`.fork_server_init`). Processes
+that need a fresh interpreter (parameter servers) are started with :func:`start_command`.
+
+This module imports neither torch nor the rest of the runtime, so that a launcher can start the
+fork server before its own ``import torch``, and both imports run at once.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: what the fork server imports once: everything a training or comm worker imports on start
+#: (not the worker modules themselves: runpy would warn that they were imported before it ran them)
+PRELOAD = ["parascale.runtime.fork_server_init", "torch", "torch.distributed",
+           "parascale.training.loop", "parascale.comm"]
+LOG_TAIL = 12  # lines of a failed process's log shown to the user
+
+
+def _context():
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def warm() -> None:
+    """Start the fork server now, without waiting for its imports: they overlap whatever this
+    process does next. Idempotent; a server that died is started again."""
+    from multiprocessing import forkserver
+
+    _context()
+    forkserver.ensure_running()
+
+
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent dies, even by SIGKILL (Linux), instead of
+    running on as an orphan."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: children may outlive a killed parent
+        pass
+
+
+def signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def exit_text(code: int | None) -> str:
+    """'is still running', 'was killed by SIGKILL' or 'exited with code C'."""
+    if code is None:
+        return "is still running"
+    return f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
+
+
+def tail(log: Path | None, label: str, lines: int = LOG_TAIL) -> str:
+    """The last ``lines`` non-empty lines of ``log`` on one line, each marked with ``label``."""
+    try:
+        text = log.read_text(errors="replace") if log else ""
+    except OSError:
+        return ""
+    return " | ".join(f"{label}{line}" for line in text.strip().splitlines()[-lines:]
+                      if line.strip())
+
+
+class _Fd:
+    """A file descriptor that crosses to the fork server's child (pickled as a dup)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing import reduction
+
+        return _detach, (reduction.DupFd(self.fd),)
+
+
+def _detach(dup) -> int:
+    return dup.detach()
+
+
+def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], out: int,
+                 err: int, threads: int, server: int, title: str) -> None:
+    """Runs in the fork server's child: become the launcher's process of this moment, then run
+    ``module`` as ``python -m module`` would."""
+    import multiprocessing
+    import runpy
+    from multiprocessing import forkserver, resource_tracker
+
+    die_with_parent()
+    _set_title(title)
+    if os.getppid() != server:  # the server died before the parent-death signal was armed
+        os._exit(1)
+    # the server exits when every holder of its 'alive' pipe has closed it: only the launcher may
+    alive = forkserver._forkserver._forkserver_alive_fd
+    if alive is not None:
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None
+    # as in a fresh interpreter: Linux's default start method and no resource tracker yet (a
+    # worker's named semaphores, e.g. tqdm's lock, would be reported leaked by the shared one)
+    multiprocessing.set_start_method("fork", force=True)
+    tracker = resource_tracker._resource_tracker
+    if tracker._fd is not None:
+        os.close(tracker._fd)
+        tracker._fd = tracker._pid = None
+    for fd, target in ((out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    # a PYTHONPATH given for this job counts as it would for a fresh interpreter
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in path]
+    sys.path[:] = extra + path
+    # torch and numpy seed their global generators from entropy at import, which happened once,
+    # in the server: each child draws its own seed, as a fresh interpreter does
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    sys.argv = [module]
+    import torch
+
+    torch.seed()
+    torch.set_num_threads(threads)
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _set_title(title: str) -> None:
+    """The name ps, top and psutil show (the command line stays the fork server's)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+class Child:
+    """One started process, forked or executed: poll, signal, wait."""
+
+    def __init__(self, proc):
+        self._proc = proc
+        self.pid = proc.pid
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or None while it runs."""
+        if isinstance(self._proc, subprocess.Popen):
+            return self._proc.poll()
+        return self._proc.exitcode
+
+    def send(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The exit code, or None if it still runs after ``timeout`` seconds."""
+        if isinstance(self._proc, subprocess.Popen):
+            try:
+                return self._proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        self._proc.join(timeout)
+        return self._proc.exitcode
+
+
+def start_module(module: str, env: dict[str, str], log: Path | None, threads: int,
+                 title: str) -> Child:
+    """Run ``module`` as ``python -m module`` would, forked from the fork server, with ``env``
+    (the whole environment) and output to ``log``, or where this process's output goes now;
+    ``title``: the process name ps shows (15 bytes at most)."""
+    from multiprocessing import forkserver
+
+    ctx = _context()
+    forkserver.ensure_running()
+    server = forkserver._forkserver._forkserver_pid
+    handle = open(log, "wb") if log is not None else None  # noqa: SIM115 - closed below
+    try:
+        out, err = (handle.fileno(), handle.fileno()) if handle else (1, 2)
+        proc = ctx.Process(target=_forked_main, name=module, args=(
+            module, env, os.getcwd(), list(sys.path), _Fd(out), _Fd(err), threads, server, title))
+        proc.start()
+    finally:
+        if handle is not None:
+            handle.close()
+    return Child(proc)
+
+
+def start_command(argv: list[str], env: dict[str, str], log: Path | None) -> Child:
+    """Execute ``argv`` (a fresh interpreter), dying with this process; output to ``log``."""
+    handle = open(log, "wb") if log is not None else None  # noqa: SIM115 - closed below
+    try:
+        return Child(subprocess.Popen(argv, env=env, stdout=handle, stderr=handle,
+                                      stdin=subprocess.DEVNULL, preexec_fn=die_with_parent))
+    finally:
+        if handle is not None:
+            handle.close()
+
+
+def stop(children: list[Child], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; with no grace, SIGKILL at once. Returns when
+    every one has exited."""
+    alive = [c for c in children if c.poll() is None]
+    for child in alive:
+        child.send(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    for child in alive:
+        if child.wait(max(0.0, deadline - time.monotonic())) is None:
+            child.send(signal.SIGKILL)
+            child.wait(None)

@@ -1,0 +1,94 @@
+"""Workers fork from a fork server that imported torch once (parascale.runtime.processes), yet
+each starts as a fresh interpreter would: one thread, its own unseeded random stream, the
+launcher's environment, working folder and output of the moment; and a configuration trains
+the same whether it runs first or after others in the same process."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+import torch
+
+from parascale import train
+from parascale.runtime import launch
+
+PROBE = """
+import json, os, sys, threading
+threads = len(os.listdir("/proc/self/task"))
+import torch
+print("probe rank", os.environ["PARASCALE_RANK"], "speaks", flush=True)
+out = os.path.join(os.environ["PROBE_OUT"], f"rank{os.environ['PARASCALE_RANK']}.json")
+with open(out, "w") as f:
+    json.dump({"threads": threads, "python_threads": threading.active_count(),
+               "torch_threads": torch.get_num_threads(), "rand": torch.rand(3).tolist(),
+               "cwd": os.getcwd(), "marker": os.environ.get("PROBE_MARKER")}, f)
+"""
+
+
+def _probe(tmp_path, run: int) -> list[dict]:
+    out = tmp_path / f"out{run}"
+    out.mkdir()
+    outcome = launch("startup_probe", 2, {"PYTHONPATH": str(tmp_path), "PROBE_OUT": str(out)},
+                     threads=1)
+    assert outcome.status == "ok", outcome
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+def test_a_worker_starts_as_a_fresh_interpreter_would(tmp_path, monkeypatch, capfd):
+    (tmp_path / "startup_probe.py").write_text(PROBE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PROBE_MARKER", "first")
+    first = _probe(tmp_path, 0)
+    train({"model": "mlp", "dataset": "digits", "image_size": 28, "workers": 2, "steps": 2})
+    monkeypatch.setenv("PROBE_MARKER", "second")  # set after the fork server started
+    second = _probe(tmp_path, 1)
+    for seen, marker in ((first, "first"), (second, "second")):
+        for rank in seen:
+            assert rank["threads"] == 1 and rank["python_threads"] == 1
+            assert rank["torch_threads"] == 1
+            assert rank["cwd"] == str(tmp_path) and rank["marker"] == marker
+    # torch seeds its default generator from entropy at import, so fresh interpreters draw
+    # different streams; forks of one server must not all draw the server's
+    draws = [tuple(rank["rand"]) for rank in first + second]
+    assert len(set(draws)) == len(draws), draws
+    assert "probe rank 0 speaks" in capfd.readouterr().out  # rank 0 on this test's output
+
+
+def _params(out) -> dict:
+    state = torch.load(out / "model.pt", map_location="cpu")
+    return state.get("model", state) if isinstance(state, dict) else state
+
+
+@pytest.mark.slow
+def test_a_configuration_trains_the_same_first_or_after_others(tmp_path):
+    config = {"model": "mlp", "dataset": "digits", "image_size": 28, "workers": 2,
+              "steps": 3, "seed": 3}
+    first = train({**config, "out": str(tmp_path / "first")})
+    train({**config, "model": "lenet", "seed": 9, "steps": 2})  # another, in between
+    again = train({**config, "out": str(tmp_path / "again")})
+    assert first["status"] == again["status"] == "ok"
+    assert [e["train_loss"] for e in first["epochs"]] == [e["train_loss"] for e in again["epochs"]]
+    a, b = _params(tmp_path / "first"), _params(tmp_path / "again")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_no_process_of_a_killed_launcher_survives_it(tmp_path):
+    launcher = subprocess.Popen([sys.executable, "-m", "parascale", "train", "--workers", "2",
+                                 "--epochs", "500", "--no-save-model", "--out",
+                                 str(tmp_path / "run")],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in launcher.stdout:  # the workers are training
+        if line.startswith("epoch") or "joined" in line:
+            break
+    family = psutil.Process(launcher.pid).children(recursive=True)
+    assert len(family) >= 4, family  # fork server, resource tracker, two workers
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    gone, alive = psutil.wait_procs(family, timeout=5)
+    assert alive == []
