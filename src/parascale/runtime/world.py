@@ -3,7 +3,7 @@
 Three ways in, one result:
 
 - ``local``: parascale's own launcher started this process; it passes ``PARASCALE_*`` variables
-  and hosts the rendezvous store itself (so no free-port race), see :mod:`.launch`.
+  and hosts the rendezvous store itself (so no free-port race), see :mod:`.local`.
 - ``torchrun``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` are set.
 - ``slurm``: started by ``srun`` without torchrun: ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
   map to rank, size and local rank; ``MASTER_ADDR``/``MASTER_PORT`` must be exported by the job
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from parascale.errors import UsageError
-from parascale.runtime.env import LOCAL_ENV, external_launcher, external_size
+from parascale.runtime.env import LOCAL_ENV, external_launcher
 
 
 

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from parascale.runtime.failure import write_error_file
-from parascale.runtime.launch import LOOPBACK, open_store
+from parascale.runtime.local import LOOPBACK, open_store
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.sync import compression
 from parascale.sync import ps_protocol as proto
