@@ -128,13 +128,20 @@ def git_revision() -> str | None:
 
 def environment(backend: str, device_type: str, devices: list[str], hosts: list[str],
                 launcher: str, start_time: str) -> dict[str, Any]:
-    # imported here: the report reads records without loading torch
+    # imported here: the report reads records without loading torch; torchvision's version from
+    # its metadata, because importing it costs a worker that does not use it about 3.5 s
+    import importlib.metadata
+
     import torch
-    import torchvision
+
+    try:
+        vision = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        vision = None
 
     return {
         "python": platform.python_version(), "torch": torch.__version__,
-        "torchvision": torchvision.__version__, "parascale": VERSION,
+        "torchvision": vision, "parascale": VERSION,
         "backend": backend, "device_type": device_type, "devices": devices,
         "cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "hosts": sorted(set(hosts)),
         "launcher": launcher, "git_revision": git_revision(), "start_time": start_time,

@@ -23,17 +23,24 @@ fork server before its own ``import torch``, and both imports run at once.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 #: what the fork server imports once: everything a training or comm worker imports on start
-#: (not the worker modules themselves: runpy would warn that they were imported before it ran them)
-PRELOAD = ["parascale.runtime.fork_server_init", "torch", "torch.distributed",
-           "parascale.training.loop", "parascale.comm"]
+#: (not the worker modules themselves: runpy would warn that they were imported before it ran them).
+#: torch._dynamo is imported by DistributedDataParallel's constructor (1.9 s here) and
+#: scikit-learn by the digits data (1.5 s): measured with py-spy, they were most of a warm start.
+#: torchvision (3.5 s) is left to the runs whose data or model need it.
+PRELOAD = ["parascale.runtime.fork_server_init", "torch", "torch.distributed", "torch._dynamo",
+           "sklearn.datasets", "sklearn.model_selection", "parascale.training.loop",
+           "parascale.comm"]
 LOG_TAIL = 12  # lines of a failed process's log shown to the user
 
 
@@ -208,11 +215,26 @@ def start_module(module: str, env: dict[str, str], log: Path | None, threads: in
         out, err = (handle.fileno(), handle.fileno()) if handle else (1, 2)
         proc = ctx.Process(target=_forked_main, name=module, args=(
             module, env, os.getcwd(), list(sys.path), _Fd(out), _Fd(err), threads, server, title))
-        proc.start()
+        with _no_main():
+            proc.start()
     finally:
         if handle is not None:
             handle.close()
     return Child(proc)
+
+
+@contextlib.contextmanager
+def _no_main() -> Iterator[None]:
+    """multiprocessing would have the child run the caller's main script again (as
+    ``__mp_main__``): a user's script that calls ``parascale.train()`` at its top level would
+    then fail in every worker, and one with a main guard would still pay its imports. The worker
+    needs nothing from it, so the child is told there is none."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def start_command(argv: list[str], env: dict[str, str], log: Path | None) -> Child:
