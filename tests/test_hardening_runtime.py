@@ -286,8 +286,11 @@ def test_sigterm_stops_the_job_like_ctrl_c_and_changes_nothing(tmp_path):
                "parameter-server", "--out", str(out), tmpdir=tmp_path / "tmp",
                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert began(proc), "training never began"
-    pids = [p.pid for p in tree(proc.pid)]
-    assert len(pids) == 4, pids  # launcher, 2 workers, 1 server
+    procs = tree(proc.pid)  # launcher, fork server, its resource tracker, 2 workers, 1 server
+    pids = [p.pid for p in procs]
+    assert sorted(p.name() for p in procs if p.name().startswith("parascale-r")) == \
+        ["parascale-r0", "parascale-r1"]
+    assert sum("parascale.sync.ps_server" in p.cmdline() for p in procs) == 1, procs
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143
