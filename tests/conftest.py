@@ -60,6 +60,14 @@ def _children() -> dict[int, str]:
     return found
 
 
+def _stop_fork_server() -> None:
+    """parascale's fork server is started by multiprocessing without an audit event and then
+    lives for the session: a fast test that started it would hide every later one that would."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+
+
 @contextmanager
 def _no_process(item: pytest.Item):
     """Fail ``item`` if it is not marked slow and starts a process during this phase."""
@@ -76,6 +84,7 @@ def _no_process(item: pytest.Item):
         started += [f"child {pid}: {command}" for pid, command in _children().items()
                     if pid not in before]
         if started:  # replaces the test's own error, which the blocked start caused
+            _stop_fork_server()  # so that the next test that would start it is caught too
             raise pytest.fail.Exception(
                 f"{item.nodeid} starts a process but is not marked slow; add @pytest.mark.slow "
                 f"(pytestmark = pytest.mark.slow for a whole file):\n  " + "\n  ".join(started),

@@ -19,7 +19,8 @@ import pytest
 from conftest import wait_until
 
 from parascale.cli.main import main
-from parascale.config import TrainConfig, available_cores
+from parascale.config import TrainConfig
+from parascale.runtime.env import available_cores
 OVERSUBSCRIPTION = 4  # CPU threads per core a launch may ask for, as --oversubscribe says
 STUCK_SLACK_S = 2.0  # a hung job ends this long after --timeout at most, as --timeout says
 SCRATCH = ("parascale-job-", "parascale-ps-", "parascale-run-", "parascale-comm-")
@@ -179,6 +180,7 @@ def test_an_unwritable_out_is_refused_in_one_line(capsys, tmp_path, command):
 
 # -- 6: more workers than the data or the machine can take -------------------------------------
 
+@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_more_workers_than_the_data_says_the_numbers(capsys, tmp_path):
     assert main(["train", "--workers", "10000", "--out", str(tmp_path / "run")]) == 2
     line = one_error_line(capsys)
@@ -223,6 +225,7 @@ def busy_port():
     return sock
 
 
+@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_a_refused_run_leaves_the_earlier_results_and_no_folder(capsys, tmp_path):
     out = tmp_path / "runs" / "a"
     before = old_results(out)
@@ -238,6 +241,7 @@ def test_a_refused_run_leaves_the_earlier_results_and_no_folder(capsys, tmp_path
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_a_failed_download_leaves_no_empty_folders(capsys, tmp_path):
     try:
         socket.create_connection(("ossci-datasets.s3.amazonaws.com", 443), timeout=3).close()

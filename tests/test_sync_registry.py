@@ -92,7 +92,7 @@ def test_a_misplaced_built_in_option_is_one_line_naming_every_owner():
 def test_compression_by_hand_takes_fp16_but_not_powersgd(strategy):
     validate(TrainConfig(sync=strategy, compression="fp16"))
     assert refusal(sync=strategy, compression="powersgd").startswith(
-        f"--compression powersgd works with --sync allreduce only")
+        "--compression powersgd works with --sync allreduce only")
 
 
 def test_registering_a_name_twice_or_a_field_without_its_type_is_a_programming_error():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import types
 import typing
 from collections.abc import Callable
@@ -23,14 +22,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("auto", "gloo", "nccl")
 TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
 DEVICES = ("auto", "cpu", "cuda")
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @dataclass
@@ -235,6 +226,13 @@ def check_type(name: str, value: Any) -> None:
 
 def validate(cfg: TrainConfig) -> None:
     """Check values that need no world: types, sizes, choices, exclusive options."""
+    check_values(cfg)
+    _validate_strategy_options(cfg)
+
+
+def check_values(cfg: TrainConfig) -> None:
+    """What :func:`validate` checks without the strategies' declarations: no torch is imported,
+    so the command line can refuse a mistyped value before it starts anything."""
     for name, (kind, _) in field_kinds().items():  # every field, so none can be forgotten
         value = getattr(cfg, name)
         check_type(name, value)
@@ -245,7 +243,6 @@ def validate(cfg: TrainConfig) -> None:
         _positive(name, getattr(cfg, name))
     for name in ("lr", "timeout", "bucket_mb"):
         _positive(name, float(getattr(cfg, name)), kind=float)
-    _validate_strategy_options(cfg)
     if cfg.batch_size is not None and cfg.global_batch is not None:
         raise UsageError("give --batch-size (per device) or --global-batch, not both")
     if cfg.epochs is not None and cfg.steps is not None:

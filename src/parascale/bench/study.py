@@ -21,7 +21,8 @@ from parascale.batch import derive, indivisible
 from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
-from parascale.config import TUPLE_FIELDS, TrainConfig, available_cores, field_kinds, validate
+from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds, validate
+from parascale.runtime.env import available_cores
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",

@@ -75,7 +75,7 @@ def default_folder(quick: bool) -> Path:
 
 def demo_workers() -> str:
     """1, 2, 4, ... and every core, at most MAX_WORKERS (digits has only 1,437 training samples)."""
-    from parascale.config import available_cores
+    from parascale.runtime.env import available_cores
 
     top = min(available_cores(), MAX_WORKERS)
     counts = sorted({2 ** k for k in range(top.bit_length())} | {top})
@@ -98,7 +98,7 @@ def demo_jobs(quick: bool = False) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from parascale.cli.bench_cmd import check_quiet, echo, execute, typed_command
-    from parascale.config import available_cores
+    from parascale.runtime.env import available_cores
 
     from parascale.files import check_writable_folder
 

@@ -112,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
     from parascale.runtime.processes import warm
 
     if not launched_by():  # the workers' import of torch runs while this process imports it
+        from parascale.config import TrainConfig, check_values
+        from parascale.files import check_writable_folder
+
+        check_values(TrainConfig.from_dict(cfg))  # a mistyped value starts nothing
+        if cfg.get("out"):
+            check_writable_folder(cfg["out"])
         warm()
 
     from parascale.errors import WorkerFailure

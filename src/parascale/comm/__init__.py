@@ -138,7 +138,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
 
     if not external_launcher():
         processes.warm()  # its import of torch overlaps this process's
-    from parascale.config import available_cores
+    from parascale.runtime.env import available_cores
     from parascale.errors import WorkerFailure
     from parascale.files import check_writable_folder
     from parascale.runtime import (check_oversubscription, external_size, launch, open_store,

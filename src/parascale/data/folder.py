@@ -23,7 +23,8 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 from tqdm import tqdm
 
-from parascale.config import TrainConfig, available_cores
+from parascale.config import TrainConfig
+from parascale.runtime.env import available_cores
 from parascale.data.paths import data_dir
 from parascale.data.split import Batch, DataBundle, IndexBatches, Split, augment, as_index
 from parascale.errors import KnownFailure, UsageError

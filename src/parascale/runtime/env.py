@@ -1,5 +1,5 @@
-"""Who started this process, read from the environment alone (no torch import, so that a
-command can decide to start the fork server before importing it)."""
+"""Facts of this process's place: who started it and the cores it may use, read without
+importing torch (so that a command can decide to start the fork server before importing it)."""
 from __future__ import annotations
 
 import os
@@ -23,3 +23,11 @@ def external_launcher() -> str | None:
 def external_size() -> int:
     """World size announced by torchrun or srun."""
     return int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

@@ -23,8 +23,6 @@ import atexit
 import datetime
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -35,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from parascale.runtime import processes
 from parascale.runtime.failure import write_error_file
 from parascale.runtime.local import LOOPBACK, open_store
 from parascale.runtime.scratch import make_dir, sweep
@@ -53,32 +52,23 @@ class ServerProcesses:
     def __init__(self, specs: list[proto.Spec]):
         sweep(prefixes=("parascale-ps-",))  # logs of servers whose worker was killed
         self.logs = make_dir("parascale-ps-")
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[processes.Child] = []
         self._expected_exit = False
         atexit.register(self.kill)
+        # fresh interpreters: this worker has threads (gloo's) and cannot reach the launcher's
+        # fork server, so forking here would be unsafe
         for spec in specs:
             env = {**os.environ, proto.ENV: spec.to_env(), "OMP_NUM_THREADS": "1",
                    "MKL_NUM_THREADS": "1"}
-            with open(self.logs / f"server{spec.index}.log", "wb") as log:
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "parascale.sync.ps_server"], env=env,
-                    stdout=log, stderr=log, stdin=subprocess.DEVNULL))
+            self.procs.append(processes.start_command(
+                [sys.executable, "-m", "parascale.sync.ps_server"], env,
+                self.logs / f"server{spec.index}.log"))
 
     def describe(self, k: int, context: str = "") -> str:
         """'parameter server k (pid P) exited with code C[context]; its last output: ...'"""
         proc = self.procs[k]
-        code = proc.poll()
-        if code is None:
-            state = "is still running"
-        elif code < 0:
-            state = f"was killed by {signal.Signals(-code).name}"
-        else:
-            state = f"exited with code {code}"
-        try:
-            lines = (self.logs / f"server{k}.log").read_text(errors="replace").splitlines()
-        except OSError:
-            lines = []
-        tail = " | ".join(line for line in lines[-LOG_TAIL:] if line.strip())
+        state = processes.exit_text(proc.poll())
+        tail = processes.tail(self.logs / f"server{k}.log", "", LOG_TAIL)
         return f"parameter server {k} (pid {proc.pid}) {state}{context}" + \
             (f"; its last output: {tail}" if tail else "")
 
@@ -119,22 +109,18 @@ class ServerProcesses:
         deadline = time.monotonic() + timeout_s
         try:
             for k, proc in enumerate(self.procs):
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
+                code = proc.wait(max(0.0, deadline - time.monotonic()))
+                if code is None:
                     raise RuntimeError(self.describe(
-                        k, f" {timeout_s:g} s after it was told to stop")) from None
-                if proc.returncode != 0:
+                        k, f" {timeout_s:g} s after it was told to stop"))
+                if code != 0:
                     raise RuntimeError(self.describe(k))
         finally:
             self.kill()
 
     def kill(self) -> None:
         self._expected_exit = True
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        processes.stop(self.procs, 0.0)
         shutil.rmtree(self.logs, ignore_errors=True)
 
 

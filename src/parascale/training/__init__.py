@@ -22,12 +22,12 @@ from typing import Any
 
 from parascale import data, models, sync
 from parascale.batch import Plan, make_plan
-from parascale.config import TrainConfig, available_cores, validate
+from parascale.config import TrainConfig, validate
+from parascale.runtime.env import available_cores
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size, launch,
                                open_store, resolve_backend, resolve_device_type)
-from parascale.runtime import processes
 from parascale.runtime.staging import produce
 from parascale.runtime import faults
 from parascale import record as rec
@@ -147,8 +147,6 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
     ``timing``: ``parascale train`` passes its process's start; by default, this call.
     """
     called = time.time()
-    if not external_launcher():
-        processes.warm()  # its imports overlap the checks below (a no-op once it runs)
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
     validate(cfg)
     size = world_size_for(cfg)
