@@ -17,6 +17,7 @@ import parascale
 from parascale.errors import KnownFailure, UsageError, WorkerFailure
 from parascale.interrupts import EXIT_CODE as TERMINATED_CODE
 from parascale.interrupts import Terminated, sigterm_interrupts
+from parascale.runtime.processes import clean_up_before_exit
 
 # name and module path of each subcommand, in the order --help lists them
 SUBCOMMANDS = {
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 stream.flush()
             except (OSError, ValueError):  # closed, or a reader that went away
                 pass
+        clean_up_before_exit()
         os._exit(code)
     return code
 

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from parascale.errors import KnownFailure
+from parascale.runtime.processes import clean_up_before_exit
 
 DETAIL_LIMIT = 20_000  # characters of traceback kept for the record
 _COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out",
@@ -71,6 +72,7 @@ def exit_now(code: int) -> NoReturn:
     """Leave without running C++ destructors (see ``runtime.world.joined``); flush output first."""
     sys.stdout.flush()
     sys.stderr.flush()
+    clean_up_before_exit()
     os._exit(code)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,7 +50,29 @@ def _context():
 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
+    _short_socket_folder()
     return ctx
+
+
+#: the fork server listens on a Unix socket in multiprocessing's temporary folder; Linux limits
+#: its path to 107 bytes, and multiprocessing adds about 40 to $TMPDIR
+LONGEST_TMPDIR = 60
+
+
+def _short_socket_folder() -> None:
+    """Under a long $TMPDIR the fork server cannot bind its socket ("AF_UNIX path too long"):
+    multiprocessing's folder then goes to /tmp, removed at exit as its own would be."""
+    import tempfile
+    from multiprocessing import process, util
+
+    config = process.current_process()._config
+    if "tempdir" in config or len(os.fsencode(tempfile.gettempdir())) <= LONGEST_TMPDIR \
+            or not os.path.isdir("/tmp"):
+        return
+    folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
+    config["tempdir"] = folder
+    util.Finalize(None, shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True},
+                  exitpriority=-100)
 
 
 def warm() -> None:
@@ -59,6 +82,14 @@ def warm() -> None:
 
     _context()
     forkserver.ensure_running()
+
+
+def clean_up_before_exit() -> None:
+    """What multiprocessing does at a normal exit and ``os._exit`` skips: remove the fork
+    server's socket folder (and whatever else it registered)."""
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        util._run_finalizers()
 
 
 def die_with_parent() -> None:
