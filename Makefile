@@ -19,8 +19,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/parascale demo
 
+# two tests at a time: most of a process-starting test is waiting (for a start-up, a timeout, a
+# killed process), and each uses at most 4 processes, so two fit 2 cores without timing out
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -n 2 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
