@@ -17,7 +17,7 @@ import parascale
 from parascale.errors import KnownFailure, UsageError, WorkerFailure
 from parascale.interrupts import EXIT_CODE as TERMINATED_CODE
 from parascale.interrupts import Terminated, sigterm_interrupts
-from parascale.runtime.processes import clean_up_before_exit
+from parascale.runtime.processes import clean_up_before_exit, warm
 
 # name and module path of each subcommand, in the order --help lists them
 SUBCOMMANDS = {
@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "report": "parascale.report.command",
     "comm": "parascale.cli.comm_cmd",
 }
+LAUNCHING = {"train", "bench", "demo", "comm"}  # the subcommands that start workers
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     leaves at once once its output is flushed: Python's own clean-up after importing torch took
     2-7 s on a loaded 2-core machine, time a finished, stopped or failed job should not cost."""
     standalone = argv is None
+    if standalone and _launches(sys.argv[1:]):
+        warm()  # first: building the parser imports torch (2.5-3.5 s), the server's import overlaps
     with sigterm_interrupts():
         code = _main(sys.argv[1:] if standalone else argv)
     if standalone:
@@ -77,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         clean_up_before_exit()
         os._exit(code)
     return code
+
+
+def _launches(argv: list[str]) -> bool:
+    """Whether this command line starts workers: then a fresh process starts the fork server
+    before anything else. (In-process callers, a study or a test, keep the one they started.)"""
+    from parascale.runtime.env import external_launcher
+
+    return bool(argv) and argv[0] in LAUNCHING and not {"-h", "--help"} & set(argv) \
+        and external_launcher() is None
 
 
 def _main(argv: list[str]) -> int:
