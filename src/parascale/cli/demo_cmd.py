@@ -20,11 +20,11 @@ from typing import Any
 # and lenet computes too little per byte sent, so on 2 CPU workers both run slower than on one:
 # a true result, but a poor first picture. resnet20 at 16x16 (0.27M parameters, conv-heavy) does
 # enough work per byte communicated to show data parallelism paying off, with one worker taking
-# about a second per epoch. 5 epochs leave 4 steady epochs after the warm-up. The weak and strong
+# about 4 s per epoch at batch 16. 5 epochs leave 4 steady epochs after the warm-up. The weak and strong
 # batches never give the same configuration twice; no learning-rate scaling, because the
 # contention baseline's independent replicas diverged with the linearly scaled rate. On 2 cores:
-# 6 configurations run twice: 294 s on a quiet machine (benchmarks/RESULTS-demo.md), most of it
-# the start-up of each run's processes.
+# 6 configurations run twice: 190 s on a quiet machine (benchmarks/RESULTS-demo.md), nearly all of
+# it training now that workers fork from a warm server (0.2 s between configurations).
 FULL: dict[str, Any] = {"model": "resnet20", "dataset": "digits", "image_size": 16,
                         "epochs": 5, "target_accuracy": 0.9, "lr": 0.05}
 QUICK: dict[str, Any] = {"model": "smallcnn", "dataset": "digits", "epochs": 2,
@@ -39,7 +39,7 @@ Run a built-in scaling study on this machine: weak scaling (per-device batch 16)
 scaling (global batch 64) of a CIFAR-style ResNet-20 on the bundled digits, resized to 16x16,
 over 1, 2, 4, ... and all CPU cores (at most 16), each N > 1 also without synchronisation
 (the contention baseline: same processes, gradients never exchanged), 5 epochs with a 90%
-accuracy target, every configuration twice (medians, with the spread). It took 294 s on 2 quiet vCPUs
+accuracy target, every configuration twice (medians, with the spread). It took 190 s on 2 quiet vCPUs
 (benchmarks/RESULTS-demo.md). Ends with the summary table (speedup, efficiency, sync cost,
 time-to-accuracy) and the path of the HTML report.
 
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from parascale.cli.bench_cmd import add_quiet_option
 
     parser = subparsers.add_parser(
-        "demo", help="run a built-in weak and strong scaling study on this machine (about 5 "
+        "demo", help="run a built-in weak and strong scaling study on this machine (about 3 "
         "min on 2 cores)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, metavar="STUDY",
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
                         help="which recorded runs to run again (default: never, i.e. re-use)")
     parser.add_argument("--quick", action="store_true",
-                        help="a much smaller version (8x8 digits, 2 epochs, no baselines): 49 s "
+                        help="a much smaller version (8x8 digits, 2 epochs, no baselines): 18 s "
                         "on 2 quiet vCPUs")
     add_quiet_option(parser)
     parser.set_defaults(func=run)
