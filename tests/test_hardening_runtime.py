@@ -180,7 +180,6 @@ def test_an_unwritable_out_is_refused_in_one_line(capsys, tmp_path, command):
 
 # -- 6: more workers than the data or the machine can take -------------------------------------
 
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_more_workers_than_the_data_says_the_numbers(capsys, tmp_path):
     assert main(["train", "--workers", "10000", "--out", str(tmp_path / "run")]) == 2
     line = one_error_line(capsys)
@@ -225,7 +224,6 @@ def busy_port():
     return sock
 
 
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_a_refused_run_leaves_the_earlier_results_and_no_folder(capsys, tmp_path):
     out = tmp_path / "runs" / "a"
     before = old_results(out)
@@ -241,7 +239,6 @@ def test_a_refused_run_leaves_the_earlier_results_and_no_folder(capsys, tmp_path
     assert not (tmp_path / "new").exists()
 
 
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_a_failed_download_leaves_no_empty_folders(capsys, tmp_path):
     try:
         socket.create_connection(("ossci-datasets.s3.amazonaws.com", 443), timeout=3).close()

@@ -149,7 +149,6 @@ def user_dir(tmp_path, monkeypatch):
     ("umod_empty", "return Slice(num_classes)",
      ["'umod_empty:make'", "returned a Slice without trainable parameters"]),
 ])
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_user_model_failures_are_one_line_before_any_worker(capsys, user_dir, module, body,
                                                             words):
     (user_dir / f"{module}.py").write_text(textwrap.dedent(f"""\
@@ -175,7 +174,6 @@ def test_user_model_failures_are_one_line_before_any_worker(capsys, user_dir, mo
 
 # --- item 7: a malformed PARASCALE_FAULT --------------------------------------------------------
 
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 @pytest.mark.parametrize("text", ["explode@1", "kill@1", "raise@1:2,slow@x:1"])
 def test_malformed_fault_is_refused_in_preflight(capsys, tmp_path, monkeypatch, text):
     monkeypatch.setenv("PARASCALE_FAULT", text)
@@ -332,7 +330,6 @@ def test_unreadable_image_during_training_is_one_line_naming_it(tmp_path):
     assert record["status"] == "failed" and "UnidentifiedImageError" in record["detail"]
 
 
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_verify_data_names_the_first_bad_image_and_counts_them(capsys, tmp_path):
     total = image_tree(tmp_path / "data", broken=("train-a2.png", "val-b0.png"))
     line = assert_refused(capsys, tmp_path, "--dataset", "imagefolder", "--data-dir",

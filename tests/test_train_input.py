@@ -31,7 +31,6 @@ def run_cli(capsys, *args):
     (["--lr-schedule", "step"], ["--lr-milestones"]),
     (["--epochs", "two"], ["--epochs", "invalid"]),
 ])
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(capsys, tmp_path, args, words):
     out = tmp_path / "out"
     code, err = run_cli(capsys, *args, "--out", str(out))
@@ -43,7 +42,6 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(capsys, tmp_path,
     assert not out.exists()
 
 
-@pytest.mark.slow  # input that passes the cheap checks starts the fork server
 def test_busy_port_is_a_usage_error(capsys, tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

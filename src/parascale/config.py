@@ -226,13 +226,6 @@ def check_type(name: str, value: Any) -> None:
 
 def validate(cfg: TrainConfig) -> None:
     """Check values that need no world: types, sizes, choices, exclusive options."""
-    check_values(cfg)
-    _validate_strategy_options(cfg)
-
-
-def check_values(cfg: TrainConfig) -> None:
-    """What :func:`validate` checks without the strategies' declarations: no torch is imported,
-    so the command line can refuse a mistyped value before it starts anything."""
     for name, (kind, _) in field_kinds().items():  # every field, so none can be forgotten
         value = getattr(cfg, name)
         check_type(name, value)
@@ -243,6 +236,7 @@ def check_values(cfg: TrainConfig) -> None:
         _positive(name, getattr(cfg, name))
     for name in ("lr", "timeout", "bucket_mb"):
         _positive(name, float(getattr(cfg, name)), kind=float)
+    _validate_strategy_options(cfg)
     if cfg.batch_size is not None and cfg.global_batch is not None:
         raise UsageError("give --batch-size (per device) or --global-batch, not both")
     if cfg.epochs is not None and cfg.steps is not None:

@@ -108,18 +108,6 @@ def run(args: argparse.Namespace) -> int:
     cfg.setdefault("out", default_out(cfg))
     if _speaks():  # before torch is imported: that alone takes seconds
         print("parascale: checking the configuration and data...", flush=True)
-    from parascale.runtime.env import external_launcher as launched_by
-    from parascale.runtime.processes import warm
-
-    if not launched_by():  # the workers' import of torch runs while this process imports it
-        from parascale.config import TrainConfig, check_values
-        from parascale.files import check_writable_folder
-
-        check_values(TrainConfig.from_dict(cfg))  # a mistyped value starts nothing
-        if cfg.get("out"):
-            check_writable_folder(cfg["out"])
-        warm()
-
     from parascale.errors import WorkerFailure
     from parascale.runtime import external_launcher
     from parascale.runtime.failure import exit_now

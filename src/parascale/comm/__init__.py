@@ -133,12 +133,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
     """Measure and return the record (written to ``cfg.out`` when given). Rank 0 only under
     torchrun/srun; other ranks get an empty dict. ``cfg.out`` keeps its previous comm.json
     until this measurement has finished (see :mod:`parascale.runtime.staging`)."""
-    from parascale.runtime import processes
-    from parascale.runtime.env import external_launcher
-
-    if not external_launcher():
-        processes.warm()  # its import of torch overlaps this process's
-    from parascale.runtime.env import available_cores
+    from parascale.runtime.env import available_cores, external_launcher
     from parascale.errors import WorkerFailure
     from parascale.files import check_writable_folder
     from parascale.runtime import (check_oversubscription, external_size, launch, open_store,
