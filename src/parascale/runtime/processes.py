@@ -92,15 +92,21 @@ def clean_up_before_exit() -> None:
         util._run_finalizers()
 
 
-def die_with_parent() -> None:
-    """This process gets SIGKILL when its parent dies, even by SIGKILL (Linux), instead of
-    running on as an orphan."""
+def _prctl(option: int, *args) -> bool:
+    """Linux's prctl; False where there is none."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: children may outlive a killed parent
-        pass
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, *args) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent() -> bool:
+    """This process gets SIGKILL when its parent dies, even by SIGKILL (Linux), instead of
+    running on as an orphan. False where that cannot be arranged (not Linux): children may then
+    outlive a killed parent."""
+    return _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def signal_name(code: int) -> str:
@@ -192,12 +198,7 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
 
 def _set_title(title: str) -> None:
     """The name ps, top and psutil show (the command line stays the fork server's)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
+    _prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 class Child:

@@ -16,10 +16,8 @@ a watch thread elsewhere) and gives up when a worker is silent for longer than t
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
 import os
-import signal
 import sys
 import threading
 import time
@@ -28,6 +26,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from parascale.runtime import processes
 from parascale.sync import compression
 from parascale.sync.ps_protocol import (GRAD, HEADER, HEADER_SIZE, INIT, PARAMS, PREFIX, PUSH,
                                         REPLY, STOP, Shard, Spec)
@@ -35,10 +34,7 @@ from parascale.sync.ps_protocol import (GRAD, HEADER, HEADER_SIZE, INIT, PARAMS,
 
 def _die_with_parent(parent_pid: int) -> None:
     """A server must never outlive the worker that started it, however that worker ends."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+    if not processes.die_with_parent():
         def watch() -> None:
             while os.getppid() == parent_pid:
                 time.sleep(0.5)
