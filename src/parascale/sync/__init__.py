@@ -77,10 +77,7 @@ def applies(name: str, settings: Mapping[str, Any]) -> bool:
     defaults = TrainConfig()
     if settings.get("sync", defaults.sync) not in owners:
         return False
-    if option.only_with is None:
-        return True
-    other, wanted = option.only_with
-    return settings.get(other, getattr(defaults, other, None)) == wanted
+    return option.holds(lambda other: settings.get(other, getattr(defaults, other, None)))
 
 
 def validate(cfg: TrainConfig) -> None:

@@ -12,10 +12,11 @@ that is not a field declares ``kind`` and ``default`` here and travels in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from parascale.config import _positive
 from parascale.errors import UsageError
 
 
@@ -46,10 +47,14 @@ class Option:
 
     def applies(self, cfg: Any) -> bool:
         """False when ``only_with`` names another option's value that is not the one given."""
+        return self.holds(lambda other: getattr(cfg, other, cfg.sync_options.get(other)))
+
+    def holds(self, value_of: Callable[[str], Any]) -> bool:
+        """Whether ``only_with`` holds, reading the other option's value with ``value_of``."""
         if self.only_with is None:
             return True
         other, wanted = self.only_with
-        return getattr(cfg, other, cfg.sync_options.get(other)) == wanted
+        return value_of(other) == wanted
 
     def check(self, value: Any) -> None:
         """One line for a value this option refuses."""
@@ -58,9 +63,8 @@ class Option:
             raise UsageError(f"{flag} must be {_words(self.kind)}, got {value!r}")
         if self.choices and value not in self.choices:
             raise UsageError(f"{flag} must be one of {', '.join(self.choices)}, got {value!r}")
-        if self.minimum == 1 and isinstance(value, int) and value < 1:
-            # the wording of config._positive, which these options used before
-            raise UsageError(f"{flag} must be a positive int, got {value!r}")
+        if self.minimum == 1 and isinstance(value, int):
+            _positive(self.name, value, allow_none=False)  # config's wording for counts
         if self.minimum is not None and value < self.minimum:
             raise UsageError(f"{flag} must be at least {self.minimum:g}, got {value!r}")
 
