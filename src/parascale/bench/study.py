@@ -22,7 +22,7 @@ from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
 from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds, validate
-from parascale.runtime.env import available_cores
+from parascale.runtime.env import available_cores, cores_per_worker
 from parascale.errors import UsageError
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
@@ -350,7 +350,7 @@ def _fix_threads(jobs: list[Job]) -> None:
     """
     cpu = [j for j in jobs if not j.train.get("gpus") and j.train.get("device", "auto") != "cuda"]
     if cpu and all(j.train.get("threads") is None for j in cpu):
-        threads = max(1, available_cores() // max(j.world_size for j in cpu))
+        threads = cores_per_worker(max(j.world_size for j in cpu))
         for job in cpu:
             job.train["threads"] = job.params["threads"] = threads
 

@@ -133,7 +133,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
     """Measure and return the record (written to ``cfg.out`` when given). Rank 0 only under
     torchrun/srun; other ranks get an empty dict. ``cfg.out`` keeps its previous comm.json
     until this measurement has finished (see :mod:`parascale.runtime.staging`)."""
-    from parascale.runtime.env import available_cores, external_launcher
+    from parascale.runtime.env import available_cores, cores_per_worker, external_launcher
     from parascale.errors import WorkerFailure
     from parascale.files import check_writable_folder
     from parascale.runtime import (check_oversubscription, external_size, launch, open_store,
@@ -152,7 +152,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
         from parascale.comm.worker import run_worker
 
         return run_worker(cfg) or {}
-    threads = max(1, available_cores() // size)
+    threads = cores_per_worker(size)
     check_oversubscription(size, threads, available_cores(), insist=cfg.oversubscribe)
     store = open_store(cfg.port)  # a busy --port is refused before anything is written
 

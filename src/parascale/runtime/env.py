@@ -31,3 +31,8 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def cores_per_worker(workers: int) -> int:
+    """This machine's cores shared among ``workers`` processes, at least one each."""
+    return max(1, available_cores() // workers)

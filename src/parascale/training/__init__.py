@@ -23,7 +23,7 @@ from typing import Any
 from parascale import data, models, sync
 from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig, validate
-from parascale.runtime.env import available_cores
+from parascale.runtime.env import available_cores, cores_per_worker
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size, launch,
@@ -47,7 +47,7 @@ def world_size_for(cfg: TrainConfig) -> int:
 
 def threads_per_worker(cfg: TrainConfig, size: int) -> int:
     """--threads, or the cores shared among the workers (at least one each)."""
-    return cfg.threads or max(1, available_cores() // size)
+    return cfg.threads or cores_per_worker(size)
 
 
 def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str, Any]:
