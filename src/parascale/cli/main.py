@@ -17,7 +17,7 @@ import parascale
 from parascale.errors import KnownFailure, UsageError, WorkerFailure
 from parascale.interrupts import EXIT_CODE as TERMINATED_CODE
 from parascale.interrupts import Terminated, sigterm_interrupts
-from parascale.runtime.processes import clean_up_before_exit, warm
+from parascale.runtime.processes import exit_now, warm
 
 # name and module path of each subcommand, in the order --help lists them
 SUBCOMMANDS = {
@@ -72,13 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     with sigterm_interrupts():
         code = _main(sys.argv[1:] if standalone else argv)
     if standalone:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # closed, or a reader that went away
-                pass
-        clean_up_before_exit()
-        os._exit(code)
+        exit_now(code)
     return code
 
 

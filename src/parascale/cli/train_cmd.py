@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         print("parascale: checking the configuration and data...", flush=True)
     from parascale.errors import WorkerFailure
     from parascale.runtime import external_launcher
-    from parascale.runtime.failure import exit_now
+    from parascale.runtime.processes import exit_now
     from parascale.training import train
 
     joined = external_launcher() is not None

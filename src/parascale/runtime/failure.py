@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import traceback
 from collections.abc import Callable
 from typing import NoReturn
@@ -20,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from parascale.errors import KnownFailure
-from parascale.runtime.processes import clean_up_before_exit
+from parascale.runtime.processes import exit_now
 
 DETAIL_LIMIT = 20_000  # characters of traceback kept for the record
 _COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out",
@@ -66,14 +65,6 @@ def write_error_file(exc: BaseException) -> None:
     with open(tmp, "w") as handle:
         json.dump(report, handle)
     os.replace(tmp, path)
-
-
-def exit_now(code: int) -> NoReturn:
-    """Leave without running C++ destructors (see ``runtime.world.joined``); flush output first."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    clean_up_before_exit()
-    os._exit(code)
 
 
 def serve_as_worker(body: Callable[[], object]) -> NoReturn:

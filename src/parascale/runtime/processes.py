@@ -33,6 +33,7 @@ import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 #: what the fork server imports once: everything a training or comm worker imports on start
 #: (not the worker modules themselves: runpy would warn that they were imported before it ran them).
@@ -84,12 +85,20 @@ def warm() -> None:
     forkserver.ensure_running()
 
 
-def clean_up_before_exit() -> None:
-    """What multiprocessing does at a normal exit and ``os._exit`` skips: remove the fork
-    server's socket folder (and whatever else it registered)."""
+def exit_now(code: int) -> NoReturn:
+    """Leave at once, without Python's clean-up or C++ destructors (after importing torch they
+    took seconds, and a joined process group's can hang: see ``runtime.world.joined``). Output is
+    flushed first, and multiprocessing's own clean-up, which ``os._exit`` skips, still runs: the
+    fork server's socket folder would otherwise be left behind."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a reader that went away
+            pass
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         util._run_finalizers()
+    os._exit(code)
 
 
 def _prctl(option: int, *args) -> bool:
