@@ -243,7 +243,10 @@ def test_a_study_builds_each_data_set_once_and_probes_each_model_once(monkeypatc
             return real(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(parascale.data, "build", counting("data", parascale.data.build))
+    from parascale.data import builtin, handover
+
+    monkeypatch.setattr(handover, "_PREPARED", {})  # nothing built earlier in this process
+    monkeypatch.setattr(builtin, "build", counting("data", builtin.build))
     monkeypatch.setattr(parascale.models, "build", counting("model", parascale.models.build))
     options = {**TINY, "batch_size": 8}
     del options["model"]

@@ -78,6 +78,23 @@ def test_a_configuration_trains_the_same_first_or_after_others(tmp_path):
 
 
 @pytest.mark.slow
+def test_workers_train_on_the_launchers_data_without_building_it(tmp_path, monkeypatch):
+    """A scikit-learn that cannot be imported, seen only by the workers: they take the digits
+    the launcher built (parascale.data.handover) and train as a worker that built them would."""
+    broken = tmp_path / "broken"
+    (broken / "sklearn").mkdir(parents=True)
+    (broken / "sklearn" / "__init__.py").write_text("raise ImportError('no scikit-learn here')\n")
+    config = {"model": "mlp", "dataset": "digits", "image_size": 12, "workers": 2, "steps": 2,
+              "seed": 5}
+    built = train({**config, "out": str(tmp_path / "built")})
+    monkeypatch.setenv("PYTHONPATH", str(broken))
+    handed = train({**config, "out": str(tmp_path / "handed")})
+    assert built["status"] == handed["status"] == "ok", handed.get("error")
+    a, b = _params(tmp_path / "built"), _params(tmp_path / "handed")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
 def test_no_process_of_a_killed_launcher_survives_it(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-m", "parascale", "train", "--workers", "2",
                                  "--epochs", "500", "--no-save-model", "--out",

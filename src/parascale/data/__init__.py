@@ -1,7 +1,8 @@
 """The dataset registry: names resolve to loaders, and nothing else knows a dataset's type.
 
 `check(cfg)` runs once in the launching process and turns bad input (unknown name, missing
-folder or files) into one UsageError line before any worker starts; `build(cfg)` runs in every
+folder or files) into one UsageError line before any worker starts; `prepare(cfg)` builds it
+there, once, and keeps it for the local workers (see `handover`); `build(cfg)` runs in every
 worker and returns a `DataBundle` whose splits turn index batches into tensors on a device.
 
 Each dataset's module is imported only when that dataset is used, so listing names or
@@ -12,10 +13,11 @@ from __future__ import annotations
 import importlib
 
 from parascale.config import TrainConfig
+from parascale.data import handover
 from parascale.data.split import DataBundle, Split
 from parascale.errors import UsageError
 
-__all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "names"]
+__all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "handover_env", "names", "prepare"]
 
 # name -> module under parascale.data providing check(cfg) and build(cfg)
 _REGISTRY: dict[str, str] = {
@@ -52,5 +54,20 @@ def check(cfg: TrainConfig) -> None:
 
 
 def build(cfg: TrainConfig) -> DataBundle:
-    """Load the dataset (called in every worker; the same data on every rank)."""
-    return _module(cfg).build(cfg)
+    """Load the dataset (called in every worker; the same data on every rank): the launcher's
+    copy when it handed one over (see :mod:`.handover`), else from the source."""
+    loader = _module(cfg)
+    return handover.take(cfg, loader) or loader.build(cfg)
+
+
+def prepare(cfg: TrainConfig, keep: bool = False) -> dict:
+    """Build the dataset in the launching process, once per data set and source; its facts
+    (``train``, ``test``, ``num_classes``, ``input_shape``). ``keep`` saves it for the workers,
+    whose environment :func:`handover_env` then names the file."""
+    return handover.prepare(cfg, _module(cfg), keep)
+
+
+def handover_env(cfg: TrainConfig) -> dict[str, str]:
+    """The workers' environment variable naming the data ``prepare`` kept, or nothing."""
+    path = handover.file_for(cfg, _module(cfg))
+    return {handover.ENV: str(path)} if path else {}

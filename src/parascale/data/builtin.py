@@ -20,6 +20,12 @@ def check(cfg: TrainConfig) -> None:
     """Nothing to check: config validation already covers the synthetic options."""
 
 
+def stamp(cfg: TrainConfig) -> str:
+    """The source, for ``data.handover``: none beyond the configuration (scikit-learn's digits
+    do not change while a process runs)."""
+    return "built-in"
+
+
 def build(cfg: TrainConfig) -> DataBundle:
     return _synthetic(cfg) if cfg.dataset == "synthetic" else _digits(cfg)
 

@@ -109,6 +109,7 @@ class TensorSplit(Split):
             raise ValueError(f"mean/std need {x.shape[1]} channels, got {len(mean)}/{len(std)}")
         self.x, self.y = x, y.to(torch.long)
         self.image_size, self.augment = image_size, augment
+        self.mean, self.std, self.scale = list(mean), list(std), scale
         # Fold scaling and normalisation into one multiply-add: (x*scale - mean)/std = x*a + b.
         std_t = torch.tensor(std, dtype=torch.float32).reshape(1, -1, 1, 1)
         mean_t = torch.tensor(mean, dtype=torch.float32).reshape(1, -1, 1, 1)
@@ -118,6 +119,16 @@ class TensorSplit(Split):
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def state(self) -> dict:
+        """What rebuilds this split (tensors and plain values, for ``torch.save``)."""
+        return {"x": self.x, "y": self.y, "mean": self.mean, "std": self.std,
+                "scale": self.scale, "image_size": self.image_size, "augment": self.augment}
+
+    @classmethod
+    def from_state(cls, state: dict) -> TensorSplit:
+        return cls(state["x"], state["y"], state["mean"], state["std"], scale=state["scale"],
+                   image_size=state["image_size"], augment=state["augment"])
 
     def _coefficients(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if device not in self._affine:

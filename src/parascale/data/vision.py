@@ -144,6 +144,21 @@ def _split(cfg: TrainConfig, spec: VisionSpec, *, train: bool) -> TensorSplit:
                        augment=cfg.augment and train)
 
 
+def stamp(cfg: TrainConfig) -> list:
+    """The source, for ``data.handover``: name, size and time of each file the data is read
+    from, so that files replaced between two runs of one process are read again."""
+    spec = SPECS[cfg.dataset]
+    folder = Path(cfg.data_dir).expanduser() / spec.folder
+    facts = []
+    for name in (*spec.files, *spec.legacy):
+        try:
+            info = (folder / name).stat()
+        except OSError:
+            continue
+        facts.append([name, info.st_size, info.st_mtime_ns])
+    return facts
+
+
 def build(cfg: TrainConfig) -> DataBundle:
     spec = SPECS[cfg.dataset]
     problem = _problem(cfg, spec)

@@ -37,12 +37,11 @@ from typing import NoReturn
 
 #: what the fork server imports once: everything a training or comm worker imports on start
 #: (not the worker modules themselves: runpy would warn that they were imported before it ran them).
-#: torch._dynamo is imported by DistributedDataParallel's constructor (1.9 s here) and
-#: scikit-learn by the digits data (1.5 s): measured with py-spy, they were most of a warm start.
-#: torchvision (3.5 s) is left to the runs whose data or model need it.
+#: torch._dynamo is imported by DistributedDataParallel's constructor (1.9 s here). Not the data
+#: sets' libraries (scikit-learn 1.5 s, torchvision 3.5 s): the launcher hands its workers the
+#: data it built (``parascale.data.handover``), and the server's imports are a run's critical path.
 PRELOAD = ["parascale.runtime.fork_server_init", "torch", "torch.distributed", "torch._dynamo",
-           "sklearn.datasets", "sklearn.model_selection", "parascale.training.loop",
-           "parascale.comm"]
+           "parascale.training.loop", "parascale.comm"]
 LOG_TAIL = 12  # lines of a failed process's log shown to the user
 
 

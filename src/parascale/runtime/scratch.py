@@ -2,7 +2,8 @@
 
 A launcher, a rank 0 with parameter servers, a run without ``--out`` and ``parascale comm``
 each keep files in a folder of their own (``parascale-job-*``, ``parascale-ps-*``,
-``parascale-run-*``, ``parascale-comm-*`` in the temporary directory) and remove it when they
+``parascale-run-*``, ``parascale-comm-*``, and ``parascale-data-*`` for data handed to workers,
+in the temporary directory) and remove it when they
 end. A process killed by SIGKILL cannot, so the folder's name carries its owner's pid and start
 time (``parascale-job-<pid>.<start>-<random>``), and the next launch removes every such folder
 whose owner is gone. The start time tells the owner from a later process that reuses its pid.
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import psutil
 
-PREFIXES = ("parascale-job-", "parascale-ps-", "parascale-run-", "parascale-comm-")
+PREFIXES = ("parascale-job-", "parascale-ps-", "parascale-run-", "parascale-comm-",
+            "parascale-data-")
 _TAG = re.compile(r"(\d+)\.(\d+)-")
 
 
