@@ -30,6 +30,15 @@ def cli_train(out, *args, **popen):
     return proc, json.loads((out / "record.json").read_text())
 
 
+def train_here(out, capfd, *args):
+    """``parascale train`` run in this process, whose fork server is warm: (output, record)."""
+    capfd.readouterr()
+    code = main(["train", *SMALL, *args, "--out", str(out)])
+    output = capfd.readouterr()
+    assert code == 0, output.err
+    return output, json.loads((out / "record.json").read_text())
+
+
 def assert_steady_from_steps(proc, record, source):
     """No full epoch after the warm-up: the steady step time x steps per epoch, and it says so."""
     summary, derived = record["summary"], record["derived"]
@@ -38,30 +47,31 @@ def assert_steady_from_steps(proc, record, source):
     # a full epoch at the steady rate: its time x the throughput is a full epoch's samples
     assert summary["steady_epoch_time_s"] * summary["steady_throughput"] == \
         pytest.approx(derived["steps_per_epoch"] * derived["global_batch"])
-    assert f"steady figures from {source}" in proc.stdout
+    assert f"steady figures from {source}" in proc.out
 
 
 @pytest.mark.slow
-def test_a_partial_epoch_is_timed_per_step_and_never_passed_off_as_an_epoch(tmp_path):
-    proc, record = cli_train(tmp_path / "run", "--workers", "1", "--steps", "30")
+def test_a_partial_epoch_is_timed_per_step_and_never_passed_off_as_an_epoch(tmp_path, capfd):
+    proc, record = train_here(tmp_path / "run", capfd, "--workers", "1", "--steps", "30")
     first, last = record["epochs"]
     assert (first["steps"], first["partial"]) == (22, False)
     assert (last["steps"], last["partial"]) == (8, True)
-    assert "epoch 2/2 (partial, 8 of 22 steps):" in proc.stdout
+    assert "epoch 2/2 (partial, 8 of 22 steps):" in proc.out
     assert_steady_from_steps(proc, record, "steps 23-30 (the partial epoch 2)")
 
 
 @pytest.mark.slow
-def test_one_epoch_gives_steady_figures_from_its_later_steps_and_says_so(tmp_path):
-    proc, record = cli_train(tmp_path / "run", "--workers", "1", "--epochs", "1")
+def test_one_epoch_gives_steady_figures_from_its_later_steps_and_says_so(tmp_path, capfd):
+    proc, record = train_here(tmp_path / "run", capfd, "--workers", "1", "--epochs", "1")
     assert record["steps"]["excluded"] == "first 2 steps of the only epoch"
     assert record["steps"]["count"] == 20
     assert_steady_from_steps(proc, record, "steps 3-22 of the only epoch")
 
 
 @pytest.mark.slow
-def test_full_steady_epochs_give_the_median_and_a_trailing_partial_one_is_left_out(tmp_path):
-    _, record = cli_train(tmp_path / "run", "--workers", "1", "--steps", "70")
+def test_full_steady_epochs_give_the_median_and_a_trailing_partial_one_is_left_out(tmp_path,
+                                                                                  capfd):
+    _, record = train_here(tmp_path / "run", capfd, "--workers", "1", "--steps", "70")
     assert [e["partial"] for e in record["epochs"]] == [False, False, False, True]
     summary = record["summary"]
     assert summary["steady_epoch_time_method"] == "epochs"
@@ -140,11 +150,11 @@ BURNER = ("import hashlib, threading\n"
 
 
 @pytest.mark.slow
-def test_a_cpu_burner_during_the_run_is_recorded_and_named(tmp_path):
+def test_a_cpu_burner_during_the_run_is_recorded_and_named(tmp_path, capfd):
     burner = subprocess.Popen([sys.executable, "-c", BURNER], start_new_session=True)
     try:
         time.sleep(0.5)
-        proc, record = cli_train(tmp_path / "run", "--workers", "1", "--steps", "60")
+        proc, record = train_here(tmp_path / "run", capfd, "--workers", "1", "--steps", "60")
     finally:
         burner.kill()
         burner.wait()
@@ -156,8 +166,8 @@ def test_a_cpu_burner_during_the_run_is_recorded_and_named(tmp_path):
     assert machine["window_s"] > 0 and machine["method"]
     for entry in record["epochs"]:
         assert entry["other_cores"] >= 0 and entry["steal_cores"] >= 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("parascale: warning: the CPUs were busy"), proc.stderr
+    last = proc.err.strip().splitlines()[-1]
+    assert last.startswith("parascale: warning: the CPUs were busy"), proc.err
     assert "other processes used" in last and "pid " in last
 
 
