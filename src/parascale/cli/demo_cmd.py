@@ -20,27 +20,28 @@ from typing import Any
 # and lenet computes too little per byte sent, so on 2 CPU workers both run slower than on one:
 # a true result, but a poor first picture. resnet20 at 16x16 (0.27M parameters, conv-heavy) does
 # enough work per byte communicated to show data parallelism paying off, with one worker taking
-# about 4 s per epoch at batch 16. 5 epochs leave 4 steady epochs after the warm-up. The weak and strong
-# batches never give the same configuration twice; no learning-rate scaling, because the
-# contention baseline's independent replicas diverged with the linearly scaled rate. On 2 cores:
-# 6 configurations run twice: 190 s on a quiet machine (benchmarks/RESULTS-demo.md), nearly all of
-# it training now that workers fork from a warm server (0.2 s between configurations).
+# about 2.5 s per epoch at batch 24. 4 epochs leave 3 steady epochs after the warm-up, and every
+# configuration reaches the 90% target by its third. The weak and strong batches never give the
+# same configuration twice (24·N against 64); no learning-rate scaling, because the contention
+# baseline's independent replicas diverged with the linearly scaled rate. Nearly all of the
+# demo's time is training (0.1-0.2 s between configurations): 5 epochs at per-device batch 16
+# took 146 s where this took 99 s, one after the other (benchmarks/RESULTS-demo.md: 102-122 s).
 FULL: dict[str, Any] = {"model": "resnet20", "dataset": "digits", "image_size": 16,
-                        "epochs": 5, "target_accuracy": 0.9, "lr": 0.05}
+                        "epochs": 4, "target_accuracy": 0.9, "lr": 0.05}
 QUICK: dict[str, Any] = {"model": "smallcnn", "dataset": "digits", "epochs": 2,
                          "target_accuracy": 0.8, "lr": 0.05}
 REPEAT = 2  # every configuration twice: the tables show medians and their spread
 MAX_WORKERS = 16  # beyond, weak scaling's global batch approaches the training set's size
-WEAK_BATCH = 16  # per device (global 16·N)
+WEAK_BATCH = 24  # per device (global 24·N)
 STRONG_BATCH = 64  # global (per device 64/N)
 
 DESCRIPTION = """\
-Run a built-in scaling study on this machine: weak scaling (per-device batch 16) and strong
+Run a built-in scaling study on this machine: weak scaling (per-device batch 24) and strong
 scaling (global batch 64) of a CIFAR-style ResNet-20 on the bundled digits, resized to 16x16,
 over 1, 2, 4, ... and all CPU cores (at most 16), each N > 1 also without synchronisation
-(the contention baseline: same processes, gradients never exchanged), 5 epochs with a 90%
-accuracy target, every configuration twice (medians, with the spread). It took 190 s on 2 quiet vCPUs
-(benchmarks/RESULTS-demo.md). Ends with the summary table (speedup, efficiency, sync cost,
+(the contention baseline: same processes, gradients never exchanged), 4 epochs with a 90%
+accuracy target, every configuration twice (medians, with the spread). It took 102-122 s on 2
+quiet vCPUs (benchmarks/RESULTS-demo.md). Ends with the summary table (speedup, efficiency, sync cost,
 time-to-accuracy) and the path of the HTML report.
 
 The demo is an ordinary 'parascale bench' study folder (studies/demo, or studies/demo-quick for
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from parascale.cli.bench_cmd import add_quiet_option
 
     parser = subparsers.add_parser(
-        "demo", help="run a built-in weak and strong scaling study on this machine (about 3 "
+        "demo", help="run a built-in weak and strong scaling study on this machine (about 2 "
         "min on 2 cores)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, metavar="STUDY",
@@ -61,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
                         help="which recorded runs to run again (default: never, i.e. re-use)")
     parser.add_argument("--quick", action="store_true",
-                        help="a much smaller version (8x8 digits, 2 epochs, no baselines): 18 s "
+                        help="a much smaller version (8x8 digits, 2 epochs, no baselines): 10 s "
                         "on 2 quiet vCPUs")
     add_quiet_option(parser)
     parser.set_defaults(func=run)
