@@ -30,8 +30,11 @@ def field_kinds() -> dict[str, tuple[object, bool]]:
     kinds = {}
     for name, annotation in typing.get_type_hints(TrainConfig).items():
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        optional = isinstance(annotation, types.UnionType)
-        kinds[name] = (args[0] if optional else annotation, optional)
+        union = isinstance(annotation, types.UnionType)
+        optional = union and len(args) < len(typing.get_args(annotation))
+        # int | str (--learners 4 or auto) stays a union of both
+        kinds[name] = (annotation if union and len(args) > 1 else args[0] if union
+                       else annotation, optional)
     return kinds
 
 
@@ -102,7 +105,9 @@ def test_api_types_are_checked_where_the_config_is_built(tmp_path, options, word
 
 
 def _wrong_value(kind) -> object:
-    """A value of another type than ``kind``."""
+    """A value of another type than ``kind`` (a count-or-word field, --learners: a float)."""
+    if isinstance(kind, types.UnionType):
+        return 1.5
     return 1 if kind is str else "1"
 
 

@@ -112,7 +112,8 @@ class TrainConfig:
 
     sync: str = "allreduce"
     """Synchronisation strategy: allreduce (DDP), reduce-broadcast, parameter-server, local-sgd,
-    or none (no exchange: the contention baseline). See docs/strategies.md."""
+    sma (Crossbow's learners and model averaging), or none (no exchange: the contention
+    baseline). See docs/strategies.md."""
     bucket_mb: float = 25.0
     """DDP bucket size in MiB for the allreduce strategy."""
     # The options of the built-in strategies: fields, because records and studies name them.
@@ -123,6 +124,10 @@ class TrainConfig:
     ps_mode: str = "sync"
     ps_servers: int = 1
     period: int = 1
+    learners: int | str = 1
+    sma_alpha: float = 0.1
+    sma_momentum: float = 0.9
+    tune_threshold: float = 0.1
     sync_options: dict[str, Any] = field(default_factory=dict)
     """Options of strategies that declare options of their own (not a field above), as
     --sync-option NAME=VALUE, checked against the chosen strategy's declaration."""
@@ -183,7 +188,10 @@ def field_kinds() -> dict[str, tuple[Any, bool]]:
     kinds = {}
     for name, annotation in typing.get_type_hints(TrainConfig).items():
         if typing.get_origin(annotation) in (types.UnionType, typing.Union):  # X | None
-            kinds[name] = ([a for a in typing.get_args(annotation) if a is not type(None)][0], True)
+            kinds_given = [a for a in typing.get_args(annotation) if a is not type(None)]
+            optional = len(kinds_given) < len(typing.get_args(annotation))
+            kinds[name] = (kinds_given[0] if len(kinds_given) == 1 else
+                           typing.Union[tuple(kinds_given)], optional)  # e.g. int | str
         else:
             kinds[name] = (annotation, False)
     return kinds
@@ -209,6 +217,10 @@ def _expected(kind: Any) -> tuple[str, Callable[[Any], bool]]:
             lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v)
     if typing.get_origin(kind) is dict:
         return "a mapping", lambda v: isinstance(v, dict)
+    if typing.get_origin(kind) is typing.Union:  # a count or a word (learners: 4 or "auto")
+        parts = [_expected(k) for k in typing.get_args(kind)]
+        return " or ".join(words for words, _ in parts), \
+            lambda v: any(fits(v) for _, fits in parts)
     raise TypeError(f"no type check for {kind!r}: teach config._expected about it")
 
 

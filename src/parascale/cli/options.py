@@ -33,7 +33,7 @@ CHOICES = {
 }
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
             "out": "DIR", "data_dir": "DIR", "workers": "N", "model": "NAME", "dataset": "NAME",
-            "sync": "NAME"}
+            "sync": "NAME", "learners": "M|auto"}
 
 
 @functools.cache
@@ -63,6 +63,12 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _count_or_word(text: str) -> int | str:
+    """An integer when the text is one (``--learners 4``), else the word (``--learners auto``)."""
+    text = text.strip()
+    return int(text) if text.lstrip("+-").isdigit() else text
+
+
 def _key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -74,8 +80,8 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
                       exclude: set[str] | frozenset[str] = frozenset()) -> None:
     """Add one option per TrainConfig field, grouped as in SECTIONS; none for ``exclude``."""
     declared = sync.options()
-    docs = {**field_docs(), **{name: " ".join(o.help.split()) for name, (o, _) in
-                               declared.items() if o.kind is None}}
+    docs = {**field_docs(), **{name: sync.help_of(name) for name, (o, _) in declared.items()
+                               if o.kind is None}}
     docs["sync_options"] = docs.get("sync_options", "") + _extra_options(declared)
     choices = {**CHOICES, **{name: o.choices for name, (o, _) in declared.items()
                              if o.choices and o.kind is None}}
@@ -98,6 +104,9 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
         elif typing.get_origin(kind) is tuple:
             group.add_argument(flag(field.name), type=_int_list,
                                metavar=METAVARS.get(field.name, "N,..."), **common)
+        elif typing.get_origin(kind) is typing.Union:
+            group.add_argument(flag(field.name), type=_count_or_word,
+                               metavar=METAVARS.get(field.name, "VALUE"), **common)
         elif typing.get_origin(kind) is dict:
             group.add_argument("--sync-option", type=_key_value, action="append",
                                metavar="KEY=VALUE", **common)
