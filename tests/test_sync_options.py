@@ -11,7 +11,7 @@ from parascale.errors import UsageError
 
 def test_every_strategy_is_registered():
     assert sync.names() == ["allreduce", "reduce-broadcast", "parameter-server", "local-sgd",
-                            "none"]
+                            "sma", "none"]
 
 
 @pytest.mark.parametrize("options, message", [

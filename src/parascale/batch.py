@@ -55,8 +55,15 @@ def resolve_lr(lr: float, rule: str, global_batch: int, base_batch: int) -> floa
     return lr
 
 
+def learners(cfg: TrainConfig) -> int:
+    """Model replicas per device (``--sync sma``; 1 otherwise, and while ``auto`` is undecided)."""
+    return cfg.learners if cfg.sync == "sma" and isinstance(cfg.learners, int) else 1
+
+
 def derive(cfg: TrainConfig, world_size: int) -> Derived:
-    """Per-device and effective batch, and the effective learning rate, for this world size."""
+    """Per-device and effective batch, and the effective learning rate, for this world size.
+    Under ``--sync sma`` ``--batch-size`` is each learner's, and a device trains ``learners``
+    batches at once."""
     micro = world_size * cfg.accumulate
     if cfg.global_batch is not None:
         reason = indivisible(cfg.global_batch, world_size, cfg.accumulate)
@@ -66,7 +73,7 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
         per_device = cfg.global_batch // micro
         global_batch = cfg.global_batch
     else:
-        per_device = cfg.batch_size or DEFAULT_BATCH
+        per_device = (cfg.batch_size or DEFAULT_BATCH) * learners(cfg)
         global_batch = per_device * micro
     base = cfg.base_batch or per_device
     return Derived(world_size=world_size, per_device_batch=per_device, global_batch=global_batch,

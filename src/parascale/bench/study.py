@@ -412,8 +412,10 @@ def reference_warning(jobs: Sequence[Job]) -> str | None:
 def plan_table(jobs: Sequence[Job], repeat: int = 1) -> str:
     """The --dry-run table: each configuration (first round) with its resolved batch figures."""
     def params(job: Job) -> dict[str, Any]:
+        # SMA's --batch-size is each learner's; the device's batch is learners times it
+        own = job.train.get("sync") == "sma" and job.train.get("batch_size")
         figures = {"workers": job.world_size,
-                   "batch_size": job.per_device_batch or job.train.get("batch_size"),
+                   "batch_size": own or job.per_device_batch or job.train.get("batch_size"),
                    "global_batch": job.global_batch or job.train.get("global_batch"),
                    "sync": job.train.get("sync", "allreduce")}
         return {**job.params, **{k: v for k, v in figures.items() if v is not None}}

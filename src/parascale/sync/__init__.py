@@ -21,8 +21,9 @@ from parascale.sync.local_sgd import LocalSGD
 from parascale.sync.options import Option
 from parascale.sync.parameter_server import ParameterServer
 from parascale.sync.reduce_broadcast import ReduceBroadcast
+from parascale.sync.sma import SMA
 
-_BUILT_IN = (AllReduce, ReduceBroadcast, ParameterServer, LocalSGD, Independent)
+_BUILT_IN = (AllReduce, ReduceBroadcast, ParameterServer, LocalSGD, SMA, Independent)
 _REGISTRY: dict[str, type[Strategy]] = {}
 #: the baseline: trains like any strategy but exchanges nothing, so it ignores their options
 IGNORES_OPTIONS = Independent.name
@@ -68,6 +69,12 @@ def options() -> dict[str, tuple[Option, list[str]]]:
         for option in cls.declares:
             found.setdefault(option.name, (option, []))[1].append(name)
     return found
+
+
+def help_of(name: str) -> str:
+    """An option's help: each declaring strategy's own words (``period``: local SGD's and SMA's)."""
+    texts = [o.help for cls in _REGISTRY.values() for o in cls.declares if o.name == name]
+    return " ".join(" ".join(t.split()) for t in dict.fromkeys(texts))
 
 
 def applies(name: str, settings: Mapping[str, Any]) -> bool:
@@ -118,7 +125,8 @@ def _not_a_sync_option(name: str, declared: Mapping[str, tuple[Option, list[str]
     return (f"--sync-option {name}: no strategy declares it ("
             + (f"known: {', '.join(extra)}" if extra else
                "the built-in strategies take their own flags: --compression, --powersgd-rank, "
-               "--ps-mode, --ps-servers, --period") + ")")
+               "--ps-mode, --ps-servers, --period, --learners, --sma-alpha, --sma-momentum, "
+               "--tune-threshold") + ")")
 
 
 def build(cfg: TrainConfig, world: World) -> Strategy:
@@ -126,5 +134,5 @@ def build(cfg: TrainConfig, world: World) -> Strategy:
     return _REGISTRY[cfg.sync](cfg, world)
 
 
-__all__ = ["Option", "Strategy", "applies", "build", "check", "names", "options", "register",
-           "unregister", "validate"]
+__all__ = ["Option", "Strategy", "applies", "build", "check", "help_of", "names", "options",
+           "register", "unregister", "validate"]

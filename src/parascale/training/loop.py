@@ -6,6 +6,7 @@ reduced across ranks before anyone reports them; rank 0 alone prints, shows prog
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -78,13 +79,15 @@ class _Run:
     cpu: CpuWatch
     loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
     step: int = 0
+    tuning_s: float = 0.0  # --learners auto's trial steps, before the first epoch
 
 
 def _train(cfg: TrainConfig, world: World) -> dict | None:
     started, t_setup = now(), time.perf_counter()
     run = _set_up(cfg, world)
-    setup_s = time.perf_counter() - t_setup
-    t_start, first_step_at = time.perf_counter(), time.time()
+    # the tuner's steps were training time: they count towards time-to-accuracy
+    setup_s = time.perf_counter() - t_setup - run.tuning_s
+    t_start, first_step_at = time.perf_counter() - run.tuning_s, time.time() - run.tuning_s
     epochs, tta = [], None
     warmup_rows: list[list[float]] = []
     steady_rows: list[list[float]] = []
@@ -120,8 +123,17 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
     faults = Faults.from_env(world.rank)
     device = world.device
     bundle = data.build(cfg)
+    tuning, tuning_s = [], 0.0
+    if cfg.sync == "sma" and cfg.learners == "auto":  # decided on real steps, before training
+        from parascale.sync import sma_tune
+
+        count, tuning, tuning_s = sma_tune.tune(cfg, world, bundle,
+                                                lambda: _build_model(cfg, bundle, device))
+        cfg = dataclasses.replace(cfg, learners=count)
     plan = make_plan(cfg, world.size, len(bundle.train), len(bundle.test))
     strategy = sync.build(cfg, world)
+    if tuning:
+        strategy.tuning = tuning
     net = strategy.wrap(_build_model(cfg, bundle, device))
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)
@@ -134,7 +146,7 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
     cpu = CpuWatch(world.host, world.local_rank)
     cpu.start_window()
     return _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
-                StepClock(device), cpu)
+                StepClock(device), cpu, tuning_s=tuning_s)
 
 
 def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float]]]:

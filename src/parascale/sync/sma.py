@@ -1,0 +1,215 @@
+"""Crossbow's Synchronous Model Averaging: several learners per device and a central model.
+
+Koliousis et al., "Crossbow: Scaling Deep Learning with Small Batch Sizes on Multi-GPU Servers"
+(VLDB 2019); the arithmetic follows their CUDA/C sources (REFERENCE.md, section 4). Each of the
+M learners on a device is a model replica with its own batch (``--batch-size`` each, so a device
+trains M batches a step) and its own momentum-SGD state: one SGD optimizer over the learners'
+parameters is M independent ones, since momentum and weight decay act element by element. Every
+``period`` steps::
+
+    c_j = alpha * (w_j_old - z)        # w_j_old: learner j's weights before this step's update
+    w_j -= c_j                         # each learner is pulled toward the central model
+    delta = sum_j c_j                  # over the device's learners, then one all-reduce
+    delta += mu_z * delta_prev         # momentum on the central model
+    z += delta
+
+The central model ``z`` is what is evaluated, saved and recorded. Each learner keeps its own
+batch-norm statistics; the central model's are the mean of every learner's, taken at each
+synchronisation. Every learner is reset to ``z`` when the step schedule drops the learning rate
+(a cosine schedule decays smoothly and resets nothing).
+
+Learners run together on a device through ``sync.learners`` (replicas one after another, or
+stacked parameters under ``torch.func.vmap``: ``benchmarks/learners.py`` chose the default). ``--learners auto`` is decided before training by Crossbow's
+hill-climbing rule (``sync.sma_tune``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from parascale.config import TrainConfig
+from parascale.sync.base import Strategy
+from parascale.sync.flat import Flat
+from parascale.sync.options import Option
+
+MAX_DISTANCES = 1000  # records of the learners' distance kept; thinned by halves beyond
+
+
+class SMA(Strategy):
+    name = "sma"
+    declares = (
+        Option("learners", "SMA: model replicas (learners) per device, each training on its own "
+               "batch of --batch-size, or auto: Crossbow's tuner adds one while throughput grows "
+               "by more than --tune-threshold, then trains with the best count."),
+        Option("sma_alpha", "SMA: the pull of each learner toward the central model at a "
+               "synchronisation, in (0, 1] (Crossbow: 0.1 for ResNets, 0.2 for VGG)."),
+        Option("sma_momentum", "SMA: momentum of the central model's update, in [0, 1) "
+               "(Crossbow: 0.9)."),
+        Option("period", "SMA: synchronise with the central model every this many steps.",
+               minimum=1),
+        Option("learner_engine", "SMA: how a device runs its learners: loop (one after "
+               "another), vmap (stacked parameters, one batched computation per layer), or auto: "
+               "vmap from 4 learners on, where it was faster here (benchmarks/learners.py).",
+               choices=("auto", "loop", "vmap"), kind=str, default="auto"),
+        Option("tune_threshold", "SMA with --learners auto: the smallest throughput gain (a "
+               "fraction; Crossbow: 0.1) for which one more learner per device is kept.",
+               only_with=("learners", "auto")),
+    )
+
+    @classmethod
+    def refuse(cls, cfg: TrainConfig) -> str | None:
+        m = cfg.learners
+        if not (m == "auto" or (isinstance(m, int) and not isinstance(m, bool) and m >= 1)):
+            return f"--learners must be a positive integer or auto, got {m!r}"
+        if not 0 < cfg.sma_alpha <= 1:
+            return f"--sma-alpha is a fraction in (0, 1], got {cfg.sma_alpha:g}"
+        if not 0 <= cfg.sma_momentum < 1:
+            return f"--sma-momentum must be in [0, 1), got {cfg.sma_momentum:g}"
+        if not 0 <= cfg.tune_threshold < 10:
+            return f"--tune-threshold is a fraction (0.1 for 10%), got {cfg.tune_threshold:g}"
+        if cfg.global_batch is not None:
+            return ("--sync sma takes --batch-size, each learner's own batch, not "
+                    "--global-batch (the global batch is workers x learners x batch size)")
+        if cfg.lr_scaling != "none":
+            return ("--sync sma trains every learner at --lr on its own small batch (Crossbow "
+                    "scales no learning rate); leave out --lr-scaling")
+        if cfg.accumulate != 1:
+            return "--sync sma runs one batch per learner a step; leave out --accumulate"
+        if cfg.compile:
+            return "--sync sma runs its learners as one module of its own; leave out --compile"
+        return None
+
+    def __init__(self, cfg: TrainConfig, world):
+        super().__init__(cfg, world)
+        #: the auto-tuner's decisions (``sync.sma_tune``), set by the trainer before training
+        self.tuning: list[dict[str, Any]] = []
+
+    @property
+    def exchanges_every_step(self) -> bool:
+        return self.cfg.period == 1
+
+    @property
+    def count(self) -> int:
+        """Learners on this device (``auto`` was resolved before the strategy was built)."""
+        return self.cfg.learners if isinstance(self.cfg.learners, int) else 1
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from parascale.sync.learners import engine_for, make_learners
+
+        self.model = model  # the central model z
+        self.central = Flat(model)
+        self.z = self.central.gather_params(self.central.new())
+        self.delta_prev = torch.zeros_like(self.z)
+        self.engine = engine_for(self.count, self.cfg.sync_options.get("learner_engine", "auto"))
+        self.learners = make_learners(model, self.count, self.engine)
+        self.steps_since = 0
+        self.syncs = 0
+        self.resets = 0
+        self.distances: list[dict[str, float]] = []
+        self.central_spread = 0.0  # largest difference between ranks' checksums of z
+        self._stride = 1  # keep every _stride-th synchronisation's distances
+        self._old: torch.Tensor | None = None
+        self._rate: float | None = None
+        self._drop = False
+        n = self.world.size
+        self.bytes_per_sync = int(2 * (n - 1) / n * self.central.bytes)
+        self.bytes_per_step = self.bytes_per_sync // self.cfg.period
+        return self.learners
+
+    def step(self, optimizer: torch.optim.Optimizer, scaler: Any | None = None) -> None:
+        # the loss is the mean over the device's M batches: each learner's gradient is 1/M of
+        # its own batch's mean-loss gradient, which its SGD must see whole
+        if self.count > 1:
+            for p in self.learners.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(self.count)
+        rate = optimizer.param_groups[0]["lr"]
+        self._drop = self._drop or (self.cfg.lr_schedule == "step" and self._rate is not None
+                                    and rate < self._rate)
+        self._rate = rate
+        if self.steps_since + 1 == self.cfg.period:
+            self._old = self.learners.vectors()  # w_old: before this step's update
+        super().step(optimizer, scaler)
+
+    def after_step(self, step: int) -> None:
+        self.steps_since += 1
+        if self.steps_since < self.cfg.period:
+            return
+        self.steps_since = 0
+        self._average()
+        if self._drop:  # Crossbow: every learner restarts from z when the rate drops
+            self.learners.set_vectors(self.z.expand(self.count, -1))
+            self.resets += 1
+            self._drop = False
+
+    @torch.no_grad()
+    def _average(self) -> None:
+        old, z = self._old, self.z
+        now = self.learners.vectors()
+        self._note_distance(now)
+        corrections = self.cfg.sma_alpha * (old - z)
+        self.learners.set_vectors(now - corrections)
+        delta = corrections.sum(0)
+        if self.world.size > 1:
+            dist.all_reduce(delta)
+        delta += self.cfg.sma_momentum * self.delta_prev
+        self.delta_prev = delta
+        z += delta
+        self.central.scatter_params(z)
+        self._average_buffers()
+        self._old = None
+        self.syncs += 1
+
+    def _average_buffers(self) -> None:
+        """The central model's batch-norm statistics: the mean of every learner's on every
+        device; counters (``num_batches_tracked``) from the first learner."""
+        for mine, stacked in zip(self.model.buffers(), self.learners.buffer_tensors()):
+            if not mine.is_floating_point():
+                mine.copy_(stacked[0])
+                continue
+            total = stacked.sum(0)
+            if self.world.size > 1:
+                dist.all_reduce(total)
+            mine.copy_(total / (self.count * self.world.size))
+
+    def _note_distance(self, now: torch.Tensor) -> None:
+        """L2 distance of each learner from the central model, just before a synchronisation:
+        mean and largest over every learner of every device. The same message carries each
+        rank's checksum of z: the central models must agree, and the record says if they did."""
+        if self.syncs % self._stride:
+            return
+        d = (now - self.z).norm(dim=1).double()
+        mine = torch.stack([d.sum(), d.max(), self.z.double().sum()])
+        every = [torch.zeros_like(mine) for _ in range(self.world.size)]
+        if self.world.size > 1:
+            dist.all_gather(every, mine)
+        else:
+            every = [mine]
+        sums = [float(e[2]) for e in every]
+        self.central_spread = max(self.central_spread, max(sums) - min(sums))
+        self.distances.append({"sync": self.syncs + 1,
+                               "mean": sum(float(e[0]) for e in every)
+                               / (self.count * self.world.size),
+                               "max": max(float(e[1]) for e in every)})
+        if len(self.distances) > MAX_DISTANCES:  # a long run: every other one, from now on too
+            self.distances = self.distances[::2]
+            self._stride *= 2
+
+    def before_evaluation(self) -> None:
+        """z already agrees on every rank (the same corrections, all-reduced)."""
+
+    def local_module(self) -> nn.Module:
+        return self.model
+
+    def options(self) -> dict:
+        return {**super().options(), "learners": self.count, "learner_engine": self.engine,
+                "bytes_per_sync": self.bytes_per_sync}
+
+    def measurements(self) -> dict:
+        return {"learners": self.count, "syncs": self.syncs, "resets": self.resets,
+                "distance": self.distances, "distance_every": self._stride,
+                "central_spread": self.central_spread,
+                "tuning": self.tuning}
