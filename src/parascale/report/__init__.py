@@ -15,6 +15,7 @@ from pathlib import Path
 
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
+from parascale.report.accuracy import apply_target
 from parascale.report.html import render_html
 from parascale.report.inplan import keep_planned, outside_lines
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
@@ -45,9 +46,12 @@ def write_report(study_paths: list[Path], out_dir: Path | None = None) -> Path:
     return write_loaded(loaded, Path(out_dir) if out_dir else default_out_dir(study_paths[0]))
 
 
-def load_studies(paths: list[Path] | list[str]) -> Loaded:
-    """:func:`load_records`, then each study folder's runs outside its plan set apart."""
-    return keep_planned(load_records(paths))
+def load_studies(paths: list[Path] | list[str], target: float | None = None) -> Loaded:
+    """:func:`load_records`, then each study folder's runs outside its plan set apart, and every
+    run's time to ``target`` (or to the target it was trained with) read from its curve."""
+    loaded = keep_planned(load_records(paths))
+    apply_target(loaded, target)
+    return loaded
 
 
 def terminal_summary(loaded: Loaded) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.report import default_out_dir, load_studies, terminal_summary, write_loaded
 
@@ -29,13 +30,22 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="study folder, train --out folder, or record.json file")
     parser.add_argument("--out", type=Path, metavar="DIR", default=None,
                         help="where to write the report (default: the first STUDY's report/ folder)")
+    parser.add_argument("--target", type=float, metavar="FRACTION", default=None,
+                        help="time-to-accuracy for every run at this test accuracy (0.9 for 90%%): "
+                        "the training time of the first evaluation that reached it, read from "
+                        "the run's recorded curve, never interpolated between evaluations or "
+                        "extrapolated beyond the last; 'not reached' otherwise (default: each "
+                        "run's own --target-accuracy, if it had one)")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Load first (bad input raises UsageError with nothing written), then write and print."""
-    loaded = load_studies(args.studies)
+    if args.target is not None and not 0 < args.target <= 1:
+        raise UsageError(f"report: --target is a fraction in (0, 1] (0.9 for 90%), got "
+                         f"{args.target:g}")
+    loaded = load_studies(args.studies, args.target)
     out_dir = args.out or default_out_dir(args.studies[0])
     check_writable_folder(out_dir, "--out" if args.out else "the report folder")
     html = write_loaded(loaded, out_dir)

@@ -62,8 +62,10 @@ DEFINITIONS = [
     ("step p50 / p95", "median and 95th percentile of per-step time over every rank"),
     ("test acc", "test accuracy after the last epoch"),
     ("time to T%", "training time until the target test accuracy T was first reached, and at "
-                   "which epoch; 'not reached' when it never was; the column is left out when no "
-                   "target was set"),
+                   "which epoch: the first evaluation at or above T (report --target T, or the "
+                   "runs' own target), never interpolated between evaluations; 'not reached' "
+                   "when no evaluation reached it; the column is left out when no target was "
+                   "set"),
     ("runs", "repeats behind the figures: medians shown, min–max below them. '1 (4 ep)': a single "
              "run, whose spread is the min–max of its 4 steady epochs (it shows how much the run "
              "wandered; only repeats show how much runs differ)"),

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from parascale.files import atomic_write_bytes
+from parascale.report import crossbow
 from parascale.report.rows import GroupKey, Range, Row, grouped
 from parascale.report.tables import loss_text
 
@@ -53,6 +54,9 @@ def make_plots(rows: list[Row]) -> list[Plot]:
     colors = {key: COLORS[i % len(COLORS)] for i, key in enumerate(groups)}
     builders = [_epoch_time, _throughput, _speedup, _efficiency, _lost_efficiency, _accuracy,
                 _step_time, _comparison]
+    records = [rec for rows_ in groups.values() for row in rows_ for rec in row.records]
+    builders += [lambda *_, build=build: build(records, _figure, COLORS)
+                 for build in crossbow.BUILDERS]
     plots = []
     with matplotlib.rc_context(STYLE):
         for build in builders:

@@ -1,0 +1,152 @@
+"""The Crossbow paper's three figures, drawn from the runs that support them.
+
+- time-to-accuracy against batch size (batch per learner for ``--sync sma``, per device else);
+- throughput gain per added learner: SMA runs that differ only in learners per device, and the
+  auto-tuner's own decisions against its threshold;
+- test accuracy against training time for each count of learners.
+
+Each is left out when no run supports it (no target, a single batch size, no SMA runs).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import median
+
+from matplotlib.ticker import MaxNLocator, NullLocator
+
+from parascale.report.load import RunRecord
+
+
+def _learners(record: RunRecord) -> int | None:
+    value = record.get("derived", "sync_options", "learners")
+    return value if isinstance(value, int) else None
+
+
+def _batch(record: RunRecord) -> int | None:
+    """A learner's batch under SMA, the device's batch otherwise."""
+    value = record.get("config", "batch_size") if record.sync == "sma" else \
+        record.get("derived", "per_device_batch")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _series(record: RunRecord) -> str:
+    m = _learners(record)
+    return f"sma, {m} learner(s)" if record.sync == "sma" and m else record.sync
+
+
+def _log2_axis(ax, values) -> None:
+    values = sorted(set(values))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(values, labels=[str(v) for v in values])
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def tta_by_batch(records: list[RunRecord], figure, colors):
+    """Time to the target against batch size, one line per strategy (and learner count)."""
+    found: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        tta, batch = r.get("time_to_accuracy"), _batch(r)
+        if isinstance(tta, dict) and batch:
+            found[_series(r)][batch].append(tta)
+    targets = {t["target"] for by in found.values() for ts in by.values() for t in ts}
+    if len({b for by in found.values() for b in by}) < 2 or len(targets) != 1:
+        return None
+    fig, ((ax,),) = figure()
+    missed = []
+    for i, (name, by_batch) in enumerate(sorted(found.items())):
+        xs, ys = [], []
+        for batch in sorted(by_batch):
+            reached = [t["elapsed_s"] for t in by_batch[batch] if t.get("reached")]
+            if len(reached) == len(by_batch[batch]):
+                xs.append(batch)
+                ys.append(median(reached))
+            else:
+                missed.append(f"{name} at {batch}")
+        ax.plot(xs, ys, marker="o", color=colors[i % len(colors)], label=name)
+    _log2_axis(ax, [b for by in found.values() for b in by])
+    ax.set_xlabel("batch per learner (sma) or per device (others), log-2 scale")
+    ax.set_ylabel(f"training time to {next(iter(targets)):.0%} test accuracy (s)")
+    ax.legend(title="strategy")
+    caption = ("Median time to the target over the repeats (the first evaluation reaching it). "
+               + (f"Not reached in every repeat, left out: {'; '.join(missed)}." if missed
+                  else "Every run reached it."))
+    return fig, "crossbow_tta_by_batch", "Time-to-accuracy against batch size", caption
+
+
+def learner_gain(records: list[RunRecord], figure, colors):
+    """Throughput against learners per device (relative to the fewest), and the tuner's gains."""
+    sma = [r for r in records if r.sync == "sma" and _learners(r)]
+    groups: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in sma:
+        x = r.get("summary", "steady_throughput")
+        if isinstance(x, (int, float)) and r.get("config", "learners") != "auto":
+            key = (r.study, r.model, r.workers, _batch(r))
+            groups[key][_learners(r)].append(x)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}
+    tuned = [r for r in sma if r.get("sync", "tuning")]
+    if not groups and not tuned:
+        return None
+    fig, axes = figure(ncols=2 if groups and tuned else 1)
+    panels = iter(axes[0])
+    if groups:
+        ax = next(panels)
+        for i, (key, by_m) in enumerate(sorted(groups.items(), key=str)):
+            ms = sorted(by_m)
+            ref = median(by_m[ms[0]])
+            ax.plot(ms, [median(by_m[m]) / ref for m in ms], marker="o",
+                    color=colors[i % len(colors)],
+                    label=f"{key[1]}, {key[2]} worker(s), batch {key[3]}")
+        _log2_axis(ax, [m for by_m in groups.values() for m in by_m])
+        ax.set_xlabel("learners per device (log-2 scale)")
+        ax.set_ylabel("throughput relative to the fewest learners")
+        ax.legend(fontsize=7)
+        ax.set_title("runs with a fixed count", fontsize=10)
+    if tuned:
+        ax = next(panels)
+        for i, r in enumerate(tuned):
+            steps = [d for d in r.get("sync", "tuning") if d.get("gain") is not None]
+            ax.plot([d["learners"] for d in steps], [100 * d["gain"] for d in steps], marker="o",
+                    color=colors[i % len(colors)], label=f"{r.model}, {r.workers} worker(s)")
+        threshold = tuned[0].get("config", "tune_threshold", default=0.1)
+        ax.axhline(100 * threshold, linestyle="--", color="black", alpha=0.6,
+                   label=f"threshold {threshold:.0%}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("learners per device at the tuning point")
+        ax.set_ylabel("throughput gain over one learner fewer (%)")
+        ax.legend(fontsize=7)
+        ax.set_title("--learners auto: the tuner's decisions", fontsize=10)
+    return (fig, "crossbow_learner_gain", "Throughput gain per added learner",
+            "Left (when there are runs with a fixed count): median throughput against the "
+            "learners per device, relative to the fewest measured. Right (when a run tuned its "
+            "learners): the gain the tuner measured at each count; above the dashed threshold "
+            "it added a learner, below it removed the last one and stopped.")
+
+
+def accuracy_by_learners(records: list[RunRecord], figure, colors):
+    """Test accuracy against training time, one colour per count of learners."""
+    sma = [r for r in records if r.sync == "sma" and _learners(r)]
+    counts = sorted({_learners(r) for r in sma})
+    if len(counts) < 2:
+        return None
+    fig, ((ax,),) = figure()
+    labelled: set[int] = set()
+    for r in sma:
+        m = _learners(r)
+        points = [e for e in r.get("epochs", default=[]) if isinstance(e, dict)
+                  and e.get("test_accuracy") is not None and e.get("elapsed_s") is not None]
+        ax.plot([e["elapsed_s"] for e in points], [100 * e["test_accuracy"] for e in points],
+                marker=".", color=colors[counts.index(m) % len(colors)],
+                label=None if m in labelled else f"M={m}")
+        labelled.add(m)
+    targets = {t for r in sma if isinstance(t := r.get("time_to_accuracy", "target"), float)}
+    if len(targets) == 1:
+        ax.axhline(100 * targets.pop(), linestyle="--", color="black", alpha=0.6, label="target")
+    ax.set_xlabel("training time since first step (s; an auto-tuned run's tuning included)")
+    ax.set_ylabel("test accuracy (%) of the central model")
+    ax.legend(title="learners per device")
+    return (fig, "crossbow_accuracy_by_learners", "Accuracy against time for each learner count",
+            "Every SMA run's test accuracy against its training time, one colour per count of "
+            "learners per device (all repeats drawn).")
+
+
+BUILDERS = (tta_by_batch, learner_gain, accuracy_by_learners)
