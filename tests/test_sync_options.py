@@ -55,5 +55,5 @@ def test_cli_reports_a_misplaced_option_on_one_line_with_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr == ("parascale: error: --period 4 belongs to --sync local-sgd, "
-                           "not --sync allreduce\n")
+                           "not --sync allreduce (sma takes it too)\n")
     assert not (tmp_path / "run").exists()

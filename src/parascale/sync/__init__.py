@@ -105,7 +105,9 @@ def validate(cfg: TrainConfig) -> None:
         if cfg.sync not in owners:
             raise UsageError(f"--{name.replace('_', '-')} {value} belongs to --sync {owners[0]}, "
                              f"not --sync {cfg.sync}"
-                             + (f" ({', '.join(owners[1:])} take it too)" if owners[1:] else ""))
+                             + (f" ({', '.join(owners[1:])} "
+                                f"{'takes' if len(owners) == 2 else 'take'} it too)"
+                                if owners[1:] else ""))
         if not option.applies(cfg):
             other, wanted = option.only_with  # type: ignore[misc]
             raise UsageError(f"--{name.replace('_', '-')} {value} belongs to "
