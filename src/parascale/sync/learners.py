@@ -14,8 +14,8 @@ Measured on 2 vCPUs (``benchmarks/learners.py``, RESULTS-learners.md): with one 
 vmap is slower (0.44-0.83x with one thread, 0.48-1.02x with two: its batching costs more than it
 saves); with four it is 0.89-1.16x with one thread and 1.35-1.51x with two. So ``auto`` (the
 default) runs vmap from four learners on and the loop below; ``--sync-option
-learner_engine=loop|vmap`` insists on one. On a GPU the loop's replicas would each want a CUDA
-stream of their own; not done.
+learner_engine=loop|vmap`` insists on one. On a GPU the loop runs each learner on a CUDA stream
+of its own (untested here: this machine has no GPU).
 """
 from __future__ import annotations
 
@@ -58,7 +58,29 @@ class LoopLearners(Learners):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = self.rows(x)
+        if x.is_cuda and self.count > 1:
+            return self._on_streams(x, b)
         return torch.cat([r(x[j * b:(j + 1) * b]) for j, r in enumerate(self.replicas)])
+
+    def _on_streams(self, x: torch.Tensor, b: int) -> torch.Tensor:
+        """On a GPU each learner runs on a CUDA stream of its own, so that small batches can
+        overlap on the device (Crossbow's point). Autograd runs each backward operation on the
+        stream of its forward one, so backward overlaps too; the current stream waits for every
+        learner before their outputs are joined."""
+        current = torch.cuda.current_stream(x.device)
+        if not hasattr(self, "_streams"):
+            self._streams = [torch.cuda.Stream(x.device) for _ in range(self.count)]
+        outputs = []
+        for j, (replica, stream) in enumerate(zip(self.replicas, self._streams)):
+            stream.wait_stream(current)  # x is ready
+            with torch.cuda.stream(stream):
+                rows = x[j * b:(j + 1) * b]
+                rows.record_stream(stream)
+                outputs.append(replica(rows))
+        for stream, out in zip(self._streams, outputs):
+            current.wait_stream(stream)
+            out.record_stream(current)
+        return torch.cat(outputs)
 
     def vectors(self) -> torch.Tensor:
         return torch.stack([nn.utils.parameters_to_vector(r.parameters()).detach()
