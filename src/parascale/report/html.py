@@ -61,6 +61,8 @@ DEFINITIONS = [
                   "exchanging gradients; then the extra median time per step"),
     ("step p50 / p95", "median and 95th percentile of per-step time over every rank"),
     ("test acc", "test accuracy after the last epoch"),
+    ("peak mem", "the largest rank's peak memory (resident set on a CPU, allocated by the CUDA "
+                 "allocator on a GPU), median over the runs"),
     ("time to T%", "training time until the target test accuracy T was first reached, and at "
                    "which epoch: the first evaluation at or above T (report --target T, or the "
                    "runs' own target), never interpolated between evaluations; 'not reached' "

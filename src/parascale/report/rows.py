@@ -124,6 +124,7 @@ class Row:
     baseline_throughput: float | None
     baseline_step_p50_s: float | None
     test_accuracy: float | None
+    peak_memory_bytes: float | None  # the largest rank's peak, median over the runs
     tta_target: float | None
     tta_runs: int  # repeats that had a target
     tta_reached: int  # ... and reached it
@@ -337,6 +338,7 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
         baseline_throughput=_median(_num(r, "summary", "steady_throughput") for r in base),
         baseline_step_p50_s=_median(_num(r, "steps", "phases", "step", "p50") for r in base),
         test_accuracy=_median(_num(r, "summary", "final_test_accuracy") for r in runs),
+        peak_memory_bytes=_median(_peak(r) for r in runs),
         tta_target=tta[0].get("target") if tta else None,
         tta_runs=len(tta), tta_reached=len(reached),
         tta_s=_median(d.get("elapsed_s") for d in reached),
@@ -346,6 +348,13 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
         baseline_spread=throughput_spread(base) if base else None, baseline_runs=len(base),
         baselines=tuple(base),
     )
+
+
+def _peak(record: RunRecord) -> float | None:
+    """The run's largest per-rank peak memory (resident set on a CPU, allocated on a GPU)."""
+    peaks = [p for p in record.get("memory", "peak_bytes_per_rank", default=[])
+             if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0]
+    return float(max(peaks)) if peaks else None
 
 
 def _infer_mode(by_n: dict[int, list[RunRecord]]) -> str | None:

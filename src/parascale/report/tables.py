@@ -111,6 +111,8 @@ COLUMNS: list[tuple[str, Callable[[Row], str], Callable[[Row], bool]]] = [
     ("test acc", lambda r: "—" if r.test_accuracy is None else f"{r.test_accuracy:.1%}",
      lambda r: True),
     ("time to acc", lambda r: _tta(r), lambda r: r.tta_runs > 0),
+    ("peak mem", lambda r: "—" if r.peak_memory_bytes is None else
+     f"{r.peak_memory_bytes / (1 << 20):,.0f} MiB", lambda r: r.peak_memory_bytes is not None),
 ]
 HEADERS = [header for header, _, _ in COLUMNS]
 
@@ -270,7 +272,7 @@ CSV_COLUMNS += [
     "speedup_high", "efficiency_low", "efficiency_high", "baseline_throughput_low",
     "baseline_throughput_high", "sync_cost_low", "sync_cost_high", "contention_loss",
     "contention_loss_low", "contention_loss_high", "exchange_loss", "exchange_loss_low",
-    "exchange_loss_high", "busy_runs",
+    "exchange_loss_high", "busy_runs", "peak_memory_bytes",
 ]
 
 
@@ -286,7 +288,8 @@ def _interval_columns(r: Row) -> dict[str, Any]:
             **ends("baseline_throughput", range_of(r.baseline_spread)),
             **ends("sync_cost", r.sync_cost_range), "contention_loss": r.contention_loss,
             **ends("contention_loss", r.contention_range), "exchange_loss": r.exchange_loss,
-            **ends("exchange_loss", r.exchange_range), "busy_runs": len(r.busy)}
+            **ends("exchange_loss", r.exchange_range), "busy_runs": len(r.busy),
+            "peak_memory_bytes": r.peak_memory_bytes}
 
 
 def format_csv(rows: list[Row], unfinished: Iterable[RunRecord] = (),

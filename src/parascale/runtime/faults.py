@@ -7,6 +7,8 @@
 - ``hang@R:S``  rank R sleeps forever before step S (a worker that is stuck);
 - ``slow@R:T``  rank R sleeps T seconds before every step (a straggler);
 - ``nan@R:S``   rank R's loss at step S is NaN, and so are its gradients (a diverging run);
+- ``hog@R:S``   rank R takes memory before step S, 64 MiB at a time, until the kernel's
+  out-of-memory killer ends it (run it under a memory limit: a cgroup);
 - ``oom@B``     every rank raises out-of-memory at its first step when the per-device batch is at
   least B (an out-of-memory error at the trainer boundary, for studies on machines without GPUs).
 
@@ -27,7 +29,7 @@ import torch
 from parascale.errors import UsageError
 
 ENV = "PARASCALE_FAULT"
-_FORM = re.compile(r"(kill|raise|hang|slow|nan)@(\d+):(\d+(?:\.\d+)?)|oom@(\d+)")
+_FORM = re.compile(r"(kill|raise|hang|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)|oom@(\d+)")
 
 
 def parse(text: str) -> list[tuple[str, int | None, float]]:
@@ -37,8 +39,8 @@ def parse(text: str) -> list[tuple[str, int | None, float]]:
         match = _FORM.fullmatch(item.strip())
         if not match:
             raise UsageError(f"{ENV}={text!r}: cannot read {item.strip()!r}; use kill@R:S, "
-                             "raise@R:S, hang@R:S, nan@R:S, slow@R:SECONDS or oom@BATCH "
-                             "(R a rank, S a step from 1), comma-separated")
+                             "raise@R:S, hang@R:S, nan@R:S, hog@R:S, slow@R:SECONDS or "
+                             "oom@BATCH (R a rank, S a step from 1), comma-separated")
         kind, who, when, oom = match.groups()
         found.append(("oom", None, int(oom)) if oom else (kind, int(who), float(when)))
     return found
@@ -59,6 +61,7 @@ class Faults:
     raise_at: int | None = None
     hang_at: int | None = None
     nan_at: int | None = None
+    hog_at: int | None = None
     slow_s: float = 0.0
     oom_batch: int | None = None
 
@@ -90,3 +93,7 @@ class Faults:
         if step == self.hang_at:
             while True:
                 time.sleep(3600)
+        if step == self.hog_at:
+            held = []
+            while True:  # touched, so the pages are really resident
+                held.append(bytearray(b"\x01") * (64 << 20))

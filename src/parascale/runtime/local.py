@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import torch.distributed as dist
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
-from parascale.runtime import processes
+from parascale.runtime import memory, processes
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.world import LOCAL_ENV
 
@@ -44,6 +45,7 @@ LOOPBACK = "127.0.0.1"
 GRACE_S = 5.0  # how long an interrupted job's workers may take to exit before they are killed
 SETTLE_S = 0.5  # after the first failure, wait this long for the root cause to report
 POLL_S = 0.05
+SAMPLE_EVERY = 5  # polls between samples of the workers' resident memory (0.25 s)
 #: a stuck job ends at most this long after its collective timeout: the failing rank's exit,
 #: SETTLE_S, killing the rest and writing the record (measured 1.3 s on 2 cores under load 10)
 STUCK_SLACK_S = 2.0
@@ -133,6 +135,9 @@ class LocalJob:
         self.tmp = make_dir("parascale-job-")
         self.procs: list[processes.Child] = []
         self.logs: list[Path | None] = []
+        # evidence for a worker the kernel kills for lack of memory (runtime/memory.py)
+        self.kills_before, self.limit = memory.oom_kills(), memory.limit_bytes()
+        self.peaks = memory.Peaks([])
 
     def run(self) -> Outcome:
         """Start the workers and block until every one succeeded or the job failed; never
@@ -162,10 +167,15 @@ class LocalJob:
             self.logs.append(log)
             self.procs.append(processes.start_module(self.module, wenv, log, self.threads,
                                                      f"parascale-r{rank}"))
+        self.peaks = memory.Peaks([p.pid for p in self.procs])
 
     def _watch(self) -> Outcome:
         first_failure = None
+        polls = 0
         while True:
+            if polls % SAMPLE_EVERY == 0:
+                self.peaks.sample()
+            polls += 1
             codes = [p.poll() for p in self.procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed and first_failure is None:
@@ -215,6 +225,11 @@ class LocalJob:
                 pass
         message = processes.exit_text(code)
         tail = processes.tail(self.logs[rank], f"[rank {rank}] ")
+        if code == -signal.SIGKILL:  # the kernel's out-of-memory killer sends SIGKILL
+            evidence = memory.killed_for_memory(self.kills_before, self.peaks.bytes[rank],
+                                                self.limit)
+            if evidence:
+                return {"message": f"{message}, out of memory: {evidence}", "oom": True}
         return {"message": message + (f"; its last output: {tail}" if tail else "")}
 
     def _stop(self, grace_s: float) -> None:

@@ -118,10 +118,12 @@ def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], s
             "steady_epoch_time_method": "steps", "steady_source": steps_source}
 
 
-def peak_memory(device: torch.device) -> tuple[str, int]:
-    """(kind, bytes): CUDA allocator peak, or the process's maximum resident set on the CPU."""
+def peak_memory(device: torch.device) -> tuple[str, int, int | None]:
+    """(kind, bytes, reserved): CUDA allocator peak and the most it reserved, or the process's
+    maximum resident set on the CPU (nothing reserved apart)."""
     if device.type == "cuda":
-        return "cuda_max_allocated", int(torch.cuda.max_memory_allocated(device))
+        return ("cuda_max_allocated", int(torch.cuda.max_memory_allocated(device)),
+                int(torch.cuda.max_memory_reserved(device)))
     import resource
 
-    return "cpu_max_rss", int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    return "cpu_max_rss", int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, None
