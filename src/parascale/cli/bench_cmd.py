@@ -11,6 +11,7 @@ from typing import Any
 
 from parascale.batch import DEFAULT_BATCH
 from parascale.cli.options import add_train_options, config_from_args
+from parascale.errors import UsageError
 
 DESCRIPTION = """\
 Run a scaling study: every configuration of a plan is one training run (as 'parascale train'),
@@ -125,6 +126,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="study folder (default: studies/<model>-<dataset>-<scaling>)")
     add_train_options(parser, exclude={"workers", "out"})
     for action in parser._actions:
+        if action.dest == "batch_size":  # bench also takes 'max': the batch search decides
+            action.type, action.metavar = _batch_or_max, "B|max"
+            action.help += (" 'max': the largest per-device batch that fits, found first by "
+                            "the batch search (parascale find-batch; on the CPU within half the "
+                            "free memory shared by one worker per core)")
         if action.dest == "save_model":  # bench keeps records only, unless asked
             action.help = "Also keep each run's final model (runs/<configuration>/model.pt). " \
                 "(default in bench: no)"
@@ -183,6 +189,8 @@ def plan_from_args(args: argparse.Namespace):
     from parascale.bench.study import combine, make_jobs
 
     options = config_from_args(args)
+    if options.get("batch_size") == "max":
+        options["batch_size"] = largest_batch(options)
     assignments = [parse_assignment(text) for text in args.param]
     args.default_scaling = default_scaling(args, options, assignments)
     scaling = args.default_scaling or args.scaling
@@ -200,6 +208,44 @@ def plan_from_args(args: argparse.Namespace):
 
     check_writable_folder(study)
     return inputs, jobs, study
+
+
+def _batch_or_max(text: str) -> int | str:
+    if text.strip() == "max":
+        return "max"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a batch size or max, got {text!r}")
+
+
+def largest_batch(options: dict[str, Any]) -> int:
+    """--batch-size max: the batch search on the study's model and data, before planning. On
+    the CPU each of up to one worker per core gets an equal share of the budget."""
+    import psutil
+
+    from parascale import data, models
+    from parascale.cli.find_batch_cmd import SHARE_OF_FREE, largest
+    from parascale.config import TrainConfig, validate
+    from parascale.runtime.env import available_cores
+
+    fields = {k: v for k, v in options.items() if k in ("model", "dataset", "data_dir",
+                                                        "image_size", "download")}
+    cfg = TrainConfig(**fields)
+    validate(cfg)
+    models.check(cfg.model)
+    data.check(cfg)
+    gpus = options.get("gpus")
+    budget = None if gpus else \
+        int(SHARE_OF_FREE * psutil.virtual_memory().available / available_cores())
+    workers = len(gpus) if gpus else available_cores()
+    per_worker = data.prepare(cfg)["train"] // workers  # the largest N's batches must fit the data
+    found, _, _ = largest(cfg, gpus[0] if gpus else None, budget, max(1, per_worker),
+                          f" (half the memory free now, over {available_cores()} workers)")
+    if found.best is None:
+        raise UsageError(f"--batch-size max: not even a batch of 1 of {cfg.model} fits")
+    echo(f"--batch-size max: {found.best.batch} per device")
+    return found.best.batch
 
 
 def explain(args: argparse.Namespace, jobs: list) -> None:

@@ -26,8 +26,9 @@ SUBCOMMANDS = {
     "demo": "parascale.cli.demo_cmd",
     "report": "parascale.report.command",
     "comm": "parascale.cli.comm_cmd",
+    "find-batch": "parascale.cli.find_batch_cmd",
 }
-LAUNCHING = {"train", "bench", "demo", "comm"}  # the subcommands that start workers
+LAUNCHING = {"train", "bench", "demo", "comm", "find-batch"}  # the subcommands that start workers
 
 
 class OneLineParser(argparse.ArgumentParser):
