@@ -52,7 +52,7 @@ def test_workers_get_the_batches_they_would_have_built(cfg, monkeypatch):
     facts = data.prepare(cfg, keep=True)
     own = data.build(cfg)
     assert facts == {"train": len(own.train), "test": len(own.test),
-                     "num_classes": own.num_classes, "input_shape": own.input_shape}
+                     "num_classes": own.num_classes, "input_shape": own.input_shape, "val": 0}
     same(handed(cfg, monkeypatch), own)
 
 

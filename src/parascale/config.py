@@ -100,6 +100,9 @@ class TrainConfig:
     """L2 penalty added to the gradient (SGD weight decay)."""
     seed: int = 0
     """Seeds model initialisation and data order, identical on every rank."""
+    val_fraction: float = 0.0
+    """Hold this fraction of the training set out for validation (the samples drawn by --seed,
+    e.g. 0.2): never trained on, evaluated beside the test set at every evaluation."""
 
     precision: str = "fp32"
     """fp32 | bf16 | fp16 (autocast; fp16 with a gradient scaler)."""
@@ -271,6 +274,9 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--loader-workers must be 0 or more, got {cfg.loader_workers}")
     if cfg.target_accuracy is not None and not 0 < cfg.target_accuracy <= 1:
         raise UsageError(f"--target-accuracy is a fraction in (0, 1], got {cfg.target_accuracy}")
+    if not 0 <= cfg.val_fraction < 1:
+        raise UsageError(f"--val-fraction is a fraction in [0, 1) of the training set, e.g. "
+                         f"0.2; got {cfg.val_fraction}")
     if cfg.stop_at_target and cfg.target_accuracy is None:
         raise UsageError("--stop-at-target needs --target-accuracy")
     if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:

@@ -14,7 +14,7 @@ import importlib
 
 from parascale.config import TrainConfig
 from parascale.data import handover
-from parascale.data.split import DataBundle, Split
+from parascale.data.split import DataBundle, Split, held_out, hold_out
 from parascale.errors import UsageError
 
 __all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "handover_env", "names", "prepare"]
@@ -33,7 +33,7 @@ _REGISTRY: dict[str, str] = {
 #: The TrainConfig fields a data set is built from (every loader reads only these): configurations
 #: that agree on them have the same data, which a study then builds once to check them all.
 FIELDS = ("dataset", "data_dir", "download", "image_size", "augment", "seed", "num_classes",
-          "synthetic_shape", "synthetic_size", "verify_data")
+          "synthetic_shape", "synthetic_size", "verify_data", "val_fraction")
 
 
 def names() -> list[str]:
@@ -57,14 +57,16 @@ def build(cfg: TrainConfig) -> DataBundle:
     """Load the dataset (called in every worker; the same data on every rank): the launcher's
     copy when it handed one over (see :mod:`.handover`), else from the source."""
     loader = _module(cfg)
-    return handover.take(cfg, loader) or loader.build(cfg)
+    return hold_out(handover.take(cfg, loader) or loader.build(cfg), cfg.val_fraction, cfg.seed)
 
 
 def prepare(cfg: TrainConfig, keep: bool = False) -> dict:
     """Build the dataset in the launching process, once per data set and source; its facts
     (``train``, ``test``, ``num_classes``, ``input_shape``). ``keep`` saves it for the workers,
     whose environment :func:`handover_env` then names the file."""
-    return handover.prepare(cfg, _module(cfg), keep)
+    facts = dict(handover.prepare(cfg, _module(cfg), keep))
+    held = held_out(facts["train"], cfg.val_fraction)  # as build() will hold out
+    return {**facts, "train": facts["train"] - held, "val": held}
 
 
 def handover_env(cfg: TrainConfig) -> dict[str, str]:

@@ -14,6 +14,7 @@ trainer's generator alone whatever the split kind or the number of DataLoader wo
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -50,7 +51,7 @@ class Split(abc.ABC):
 
 @dataclass
 class DataBundle:
-    """What `parascale.data.build` returns: both splits and the facts a model needs."""
+    """What `parascale.data.build` returns: the splits and the facts a model needs."""
 
     name: str
     train: Split
@@ -58,6 +59,47 @@ class DataBundle:
     num_classes: int
     input_shape: tuple[int, int, int]
     """(C, H, W) of the batches, i.e. after resizing by image_size."""
+    val: Split | None = None
+    """Held out of the training set (``--val-fraction``), or None."""
+
+
+class Subset(Split):
+    """Some samples of another split, by index: a validation split held out of a training set
+    of any kind (in memory or files), which batches exactly as the split it came from."""
+
+    def __init__(self, split: Split, indices: torch.Tensor):
+        self.split, self.indices = split, indices
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def batches(self, index_batches: IndexBatches, device: torch.device, *, train: bool,
+                generator: torch.Generator | None = None, loader_workers: int = 0,
+                ) -> Iterator[Batch]:
+        mapped = [self.indices[as_index(b)] for b in index_batches]
+        return self.split.batches(mapped, device, train=train, generator=generator,
+                                  loader_workers=loader_workers)
+
+
+VAL_SALT = 0x7A11D
+"""Added to the seed that draws the validation samples, apart from the data order's stream."""
+
+
+def held_out(n: int, fraction: float) -> int:
+    """How many of ``n`` training samples a validation ``fraction`` holds out (at least one)."""
+    return max(1, round(fraction * n)) if fraction else 0
+
+
+def hold_out(bundle: DataBundle, fraction: float, seed: int) -> DataBundle:
+    """``bundle`` with ``fraction`` of its training samples moved to a validation split, drawn by
+    ``seed``: the same samples on every rank and in every run with that seed."""
+    if not fraction:
+        return bundle
+    n = len(bundle.train)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + VAL_SALT))
+    held = held_out(n, fraction)
+    return dataclasses.replace(bundle, train=Subset(bundle.train, order[held:].sort().values),
+                               val=Subset(bundle.train, order[:held].sort().values))
 
 
 def augment(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

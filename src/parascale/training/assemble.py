@@ -66,6 +66,8 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
             "warmup_included": len(epochs) == 1,
             "final_test_accuracy": tested[-1]["test_accuracy"] if tested else None,
             "final_test_loss": tested[-1]["test_loss"] if tested else None,
+            **({"final_val_accuracy": tested[-1].get("val_accuracy")}
+               if tested and "val_accuracy" in tested[-1] else {}),
             "final_train_loss": last["train_loss"],
         },
         "study": None,

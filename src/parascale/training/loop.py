@@ -185,6 +185,10 @@ def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float
         entry["test_loss"], entry["test_accuracy"] = evaluate(
             run.strategy.local_module(), run.bundle.test, world, max(per_device, 256),
             lambda: _autocast(cfg, device))
+        if run.bundle.val is not None:  # --val-fraction: what a search may look at
+            entry["val_loss"], entry["val_accuracy"] = evaluate(
+                run.strategy.local_module(), run.bundle.val, world, max(per_device, 256),
+                lambda: _autocast(cfg, device))
     entry["elapsed_s"] = time.perf_counter() - t_start
     return entry, rows
 
@@ -296,6 +300,8 @@ def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle) -> None:
 def _epoch_line(entry: dict, plan: Plan) -> str:
     acc = entry["test_accuracy"]
     test = f", test loss {entry['test_loss']:.4f}, accuracy {acc:.2%}" if acc is not None else ""
+    if entry.get("val_accuracy") is not None:
+        test += f", validation accuracy {entry['val_accuracy']:.2%}"
     notes = ["warm-up"] if entry["warmup"] else []
     if entry["partial"]:
         notes.append(f"partial, {entry['steps']} of {plan.steps_per_epoch} steps")
