@@ -103,6 +103,10 @@ class TrainConfig:
     val_fraction: float = 0.0
     """Hold this fraction of the training set out for validation (the samples drawn by --seed,
     e.g. 0.2): never trained on, evaluated beside the test set at every evaluation."""
+    evaluate_test: bool = True
+    """Evaluate the test set at every evaluation. A hyperparameter search's trials turn it off:
+    they look at the validation split alone (time-to-accuracy then reads validation accuracy),
+    and the test set is evaluated once, for the best trial."""
 
     precision: str = "fp32"
     """fp32 | bf16 | fp16 (autocast; fp16 with a gradient scaler)."""
@@ -136,8 +140,8 @@ class TrainConfig:
     --sync-option NAME=VALUE, checked against the chosen strategy's declaration."""
 
     target_accuracy: float | None = None
-    """Record time-to-accuracy: wall time and epochs until test accuracy first reaches this
-    fraction (for example 0.9 for 90 percent)."""
+    """Record time-to-accuracy: wall time and epochs until test accuracy (validation accuracy
+    with --no-evaluate-test) first reaches this fraction (for example 0.9 for 90 percent)."""
     stop_at_target: bool = False
     """Stop training once target_accuracy is reached."""
     eval_every: int = 1
@@ -277,6 +281,9 @@ def validate(cfg: TrainConfig) -> None:
     if not 0 <= cfg.val_fraction < 1:
         raise UsageError(f"--val-fraction is a fraction in [0, 1) of the training set, e.g. "
                          f"0.2; got {cfg.val_fraction}")
+    if not cfg.evaluate_test and not cfg.val_fraction:
+        raise UsageError("--no-evaluate-test needs a validation split to evaluate instead, "
+                         "e.g. --val-fraction 0.2")
     if cfg.stop_at_target and cfg.target_accuracy is None:
         raise UsageError("--stop-at-target needs --target-accuracy")
     if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:

@@ -397,7 +397,7 @@ def parse_variable(text: str) -> tuple[str, list[Any]]:
     return name.strip(), values
 
 
-def _parse_file(path: Path, text: str) -> Any:
+def _parse_file(path: Path, text: str, what: str) -> Any:
     if path.suffix.lower() == ".toml":
         try:
             import tomllib
@@ -406,11 +406,11 @@ def _parse_file(path: Path, text: str) -> Any:
         try:
             data = tomllib.loads(text)  # refuses duplicate keys itself
         except tomllib.TOMLDecodeError as exc:
-            raise PlanError(f"cannot parse study file {str(path)!r}: {exc}") from None
+            raise PlanError(f"cannot parse {what} {str(path)!r}: {exc}") from None
         except RecursionError:
-            raise PlanError(f"study file {str(path)!r}: nested more than {safeyaml.MAX_DEPTH} "
+            raise PlanError(f"{what} {str(path)!r}: nested more than {safeyaml.MAX_DEPTH} "
                             "levels deep (the limit)") from None
-    else:
+    else:  # YAML, and so JSON
         import yaml
 
         try:
@@ -419,35 +419,43 @@ def _parse_file(path: Path, text: str) -> Any:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
             problem = getattr(exc, "problem", None) or exc
-            raise PlanError(f"cannot parse study file {str(path)!r}{where}: {problem}") from None
+            raise PlanError(f"cannot parse {what} {str(path)!r}{where}: {problem}") from None
         except Refused as exc:
-            raise PlanError(f"study file {str(path)!r}: {exc}") from None
+            raise PlanError(f"{what} {str(path)!r}: {exc}") from None
     try:  # the planner walks values recursively: bound the nesting of TOML files too
         check_shape(data, max_depth=safeyaml.MAX_DEPTH)
     except Refused as exc:
-        raise PlanError(f"study file {str(path)!r}: {exc}") from None
+        raise PlanError(f"{what} {str(path)!r}: {exc}") from None
     return data
+
+
+def read_file(path: str | os.PathLike[str], what: str = "study file",
+              suffixes: tuple[str, ...] = (".yaml", ".yml", ".toml")) -> Any:
+    """A YAML or TOML file (``what`` names it in messages), size- and depth-bounded."""
+    file = Path(path)
+    if file.suffix.lower() not in suffixes:
+        raise PlanError(f"{what} {str(file)!r} must end in {', '.join(suffixes[:-1])} or "
+                        f"{suffixes[-1]}")
+    if file.exists() and not file.is_file():  # a folder, or a FIFO that would block the read
+        raise PlanError(f"{what} {str(file)!r} is not a regular file")
+    try:
+        with open(file, "rb") as handle:
+            raw = handle.read(safeyaml.MAX_BYTES + 1)  # never more, whatever the file is
+        if len(raw) > safeyaml.MAX_BYTES:
+            raise PlanError(f"{what} {str(file)!r} is larger than {safeyaml.MAX_BYTES:,} "
+                            "bytes (the limit)")
+        text = raw.decode("utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"{what} {str(file)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"cannot read {what} {str(file)!r}: {exc}") from None
+    return _parse_file(file, text, what)
 
 
 def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a YAML or TOML study file into {"parameters", "variables", "extensions"}."""
     file = Path(path)
-    if file.suffix.lower() not in (".yaml", ".yml", ".toml"):
-        raise PlanError(f"study file {str(file)!r} must end in .yaml, .yml or .toml")
-    if file.exists() and not file.is_file():  # a folder, or a FIFO that would block the read
-        raise PlanError(f"study file {str(file)!r} is not a regular file")
-    try:
-        with open(file, "rb") as handle:
-            raw = handle.read(safeyaml.MAX_BYTES + 1)  # never more, whatever the file is
-        if len(raw) > safeyaml.MAX_BYTES:
-            raise PlanError(f"study file {str(file)!r} is larger than {safeyaml.MAX_BYTES:,} "
-                            "bytes (the limit)")
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise PlanError(f"study file {str(file)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"cannot read study file {str(file)!r}: {exc}") from None
-    data = _parse_file(file, text)
+    data = read_file(file)
     if data is None:
         data = {}
     if not isinstance(data, dict):

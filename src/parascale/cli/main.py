@@ -27,8 +27,9 @@ SUBCOMMANDS = {
     "report": "parascale.report.command",
     "comm": "parascale.cli.comm_cmd",
     "find-batch": "parascale.cli.find_batch_cmd",
+    "hpo": "parascale.cli.hpo_cmd",
 }
-LAUNCHING = {"train", "bench", "demo", "comm", "find-batch"}  # the subcommands that start workers
+LAUNCHING = {"train", "bench", "demo", "comm", "find-batch", "hpo"}  # the subcommands that start workers
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import socket
 
 import torch
@@ -19,25 +20,35 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+def _affinity() -> list[int] | None:
+    """The cores this process may run on (a search pins each trial to its own)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+
+
 def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
              steady: tuple[list[list[float]], str, str], tta: dict | None, times: dict,
-             window: dict) -> dict | None:
+             window: dict, search: dict | None = None) -> dict | None:
     """Collective: every rank must call it. Rank 0 writes model.pt, then record.json.
 
     ``steady`` is this rank's steady step rows, what was left out of them and which steps they
-    are; ``window`` its share of the contention measurement (``CpuWatch.end_window``).
+    are; ``window`` its share of the contention measurement (``CpuWatch.end_window``);
+    ``search``: the trial's number and the epoch it was pruned after, in a hyperparameter search.
     """
     steady_rows, excluded, steps_source = steady
     mine = {"rows": steady_rows, "memory": peak_memory(world.device),
             "device": _device_name(world.device), "host": socket.gethostname(),
-            "window": window}
+            "window": window, "cpus": _affinity()}
     gathered: list[dict] = [None] * world.size  # type: ignore[list-item]
     dist.all_gather_object(gathered, mine)
     if not world.is_main:
         return None
     rows = [g["rows"] for g in gathered]
     last = epochs[-1]
-    tested = [e for e in epochs if e["test_accuracy"] is not None]
+    tested = [e for e in epochs if e["test_accuracy"] is not None
+              or e.get("val_accuracy") is not None]
     derived = {**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
                "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()}
     record = {
@@ -47,7 +58,8 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
         "environment": rec.environment(world.backend, world.device.type,
                                        [g["device"] for g in gathered],
                                        [g["host"] for g in gathered], world.launcher,
-                                       times["start"]),
+                                       times["start"]) | {
+            "cpu_affinity_per_rank": [g["cpus"] for g in gathered]},
         "epochs": epochs,
         "steps": step_summary(rows, excluded),
         "memory": {"kind": gathered[0]["memory"][0],
@@ -71,6 +83,7 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
             "final_train_loss": last["train_loss"],
         },
         "study": None,
+        **({"search": search} if search is not None else {}),
     }
     if cfg.out:
         if cfg.save_model:

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from parascale import data, models, sync
 from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig
+from parascale.hpo.judge import Judge
 from parascale.record import now
 from parascale.runtime import World, joined, resolve_backend, resolve_device_type
 from parascale.runtime.faults import Faults
@@ -80,6 +81,7 @@ class _Run:
     loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
     step: int = 0
     tuning_s: float = 0.0  # --learners auto's trial steps, before the first epoch
+    judge: Any = None  # a hyperparameter search's pruner (parascale.hpo.judge), in a trial
 
 
 def _train(cfg: TrainConfig, world: World) -> dict | None:
@@ -88,7 +90,7 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
     # the tuner's steps were training time: they count towards time-to-accuracy
     setup_s = time.perf_counter() - t_setup - run.tuning_s
     t_start, first_step_at = time.perf_counter() - run.tuning_s, time.time() - run.tuning_s
-    epochs, tta = [], None
+    epochs, tta, pruned = [], None, None
     warmup_rows: list[list[float]] = []
     steady_rows: list[list[float]] = []
     for epoch in range(1, run.plan.epochs + 1):
@@ -103,13 +105,20 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         tta = _time_to_accuracy(cfg, entry, tta)
         if cfg.stop_at_target and tta and tta["reached"]:
             break
+        if run.judge is not None and run.judge.stop(entry):
+            pruned = epoch
+            if world.is_main:
+                print(f"parascale: the search pruned this trial after epoch {epoch}", flush=True)
+            break
     run.strategy.finish()
     total_s = time.perf_counter() - t_start
     window = run.cpu.end_window()
     return assemble(cfg, world, run.plan, run.strategy, epochs,
                     _steady(run, epochs, warmup_rows, steady_rows), tta,
                     {"setup_s": setup_s, "total_s": total_s, "start": started,
-                     "first_step_at": first_step_at}, window)
+                     "first_step_at": first_step_at}, window,
+                    None if run.judge is None else {"trial": run.judge.number,
+                                                    "pruned_at_epoch": pruned})
 
 
 def _set_up(cfg: TrainConfig, world: World) -> _Run:
@@ -146,7 +155,7 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
     cpu = CpuWatch(world.host, world.local_rank)
     cpu.start_window()
     return _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
-                StepClock(device), cpu, tuning_s=tuning_s)
+                StepClock(device), cpu, tuning_s=tuning_s, judge=Judge.from_env(world))
 
 
 def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float]]]:
@@ -182,9 +191,10 @@ def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float
                          run.cpu.end_epoch())
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
         run.strategy.before_evaluation()
-        entry["test_loss"], entry["test_accuracy"] = evaluate(
-            run.strategy.local_module(), run.bundle.test, world, max(per_device, 256),
-            lambda: _autocast(cfg, device))
+        if cfg.evaluate_test:
+            entry["test_loss"], entry["test_accuracy"] = evaluate(
+                run.strategy.local_module(), run.bundle.test, world, max(per_device, 256),
+                lambda: _autocast(cfg, device))
         if run.bundle.val is not None:  # --val-fraction: what a search may look at
             entry["val_loss"], entry["val_accuracy"] = evaluate(
                 run.strategy.local_module(), run.bundle.val, world, max(per_device, 256),
@@ -274,8 +284,10 @@ def _time_to_accuracy(cfg: TrainConfig, entry: dict, tta: dict | None) -> dict |
         return None
     if tta and tta["reached"]:
         return tta
-    reached = entry["test_accuracy"] is not None and entry["test_accuracy"] >= cfg.target_accuracy
+    accuracy = entry["test_accuracy"] if cfg.evaluate_test else entry.get("val_accuracy")
+    reached = accuracy is not None and accuracy >= cfg.target_accuracy
     return {"target": cfg.target_accuracy, "reached": reached,
+            "split": "test" if cfg.evaluate_test else "validation",
             "epoch": entry["epoch"] if reached else None,
             "elapsed_s": entry["elapsed_s"] if reached else None}
 
@@ -292,9 +304,11 @@ def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle) -> None:
           f"per worker), sync {cfg.sync}", flush=True)
     print(f"  batch {d.per_device_batch} per device x {world.size} workers{accumulate} = "
           f"{d.global_batch} global; lr {cfg.lr:g} -> {d.effective_lr:g}{rule}{warm}", flush=True)
+    held = f"{len(bundle.val)} validation samples" if bundle.val is not None else ""
+    evaluated = f"{len(bundle.test)} test samples" + (f", {held}" if held else "") \
+        if cfg.evaluate_test else f"{held} (the test set is not evaluated)"
     print(f"  {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.steps_per_epoch} steps "
-          f"over {len(bundle.train)} training samples; {len(bundle.test)} test samples",
-          flush=True)
+          f"over {len(bundle.train)} training samples; {evaluated}", flush=True)
 
 
 def _epoch_line(entry: dict, plan: Plan) -> str:

@@ -1,0 +1,82 @@
+"""A search's pruner inside a trial: after each evaluated epoch rank 0 reports the validation
+accuracy to the Optuna study and asks whether to stop; every rank learns the answer.
+
+The trial's workers talk to the study's storage themselves, as Optuna's distributed workers do:
+the search process only starts trials and records their ends, so pruning costs no round trip
+through it, and a trial on another machine needs nothing but the storage URL. The pruner is not
+kept in the storage, so the search hands its description to the trial (``PARASCALE_JUDGE``).
+Optuna is imported only in a trial, never by a plain training run.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+ENV = "PARASCALE_JUDGE"
+PRUNERS = ("median", "halving", "none")
+
+
+def make_pruner(kind: str):
+    """Optuna's pruner for ``kind``: the median rule or asynchronous successive halving."""
+    import optuna
+
+    if kind == "median":  # below the median of earlier trials at the same epoch, from epoch 2
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2)
+    if kind == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    return optuna.pruners.NopPruner()
+
+
+def open_storage(url: str):
+    """Optuna's database storage for ``url``; SQLite waits for a lock held by a concurrent trial
+    instead of failing at once (its default is 5 s)."""
+    import optuna
+
+    engine = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine)
+
+
+def intermediate(objective: str, accuracy: float) -> float:
+    """The value a pruner compares at each epoch, in the direction of the study: validation
+    accuracy (maximised), or for time-to-accuracy (minimised) the validation error."""
+    return accuracy if objective == "accuracy" else 1.0 - accuracy
+
+
+class Judge:
+    def __init__(self, spec: dict[str, Any], world):
+        self.spec, self.world = spec, world
+        self.number: int = spec["number"]
+        self._trial = None
+
+    @classmethod
+    def from_env(cls, world) -> Judge | None:
+        text = os.environ.get(ENV)
+        return cls(json.loads(text), world) if text else None
+
+    def stop(self, entry: dict) -> bool:
+        """Whether the search prunes the trial after this epoch (collective: every rank calls)."""
+        import torch
+        import torch.distributed as dist
+
+        accuracy = entry.get("val_accuracy")
+        if accuracy is None:  # not an evaluated epoch: nothing to judge
+            return False
+        verdict = torch.zeros(1, device=self.world.device)
+        if self.world.is_main:
+            verdict[0] = float(self._ask(entry["epoch"], accuracy))
+        if self.world.size > 1:
+            dist.broadcast(verdict, 0)
+        return bool(verdict.item())
+
+    def _ask(self, epoch: int, accuracy: float) -> bool:
+        if self._trial is None:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            study = optuna.load_study(study_name=self.spec["study"],
+                                      storage=open_storage(self.spec["storage"]),
+                                      pruner=make_pruner(self.spec["pruner"]))
+            self._trial = optuna.trial.Trial(study, self.spec["trial_id"])
+        self._trial.report(intermediate(self.spec["objective"], accuracy), epoch)
+        return self._trial.should_prune()

@@ -1,0 +1,151 @@
+"""What a search found: the table of trials, the best one tested once, and the figures.
+
+Everything here is read from the study's storage (each trial's facts are kept there when it
+ends), so a search shared by several machines reports the same table on each. The test set is
+evaluated once, for the best trial, on the model that trial saved; the result is stored with
+the trial, so a later command reports it again without evaluating it again.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from parascale.files import atomic_write_text
+from parascale.hpo.search import MODEL, Search, describe_value, trial_folder
+from parascale.hpo.study import INTERRUPTED
+
+
+def rows(search: Search) -> list[dict[str, Any]]:
+    """One row per trial, in trial order."""
+    names = [p.name for p in search.space]
+    best = _best_number(search.study)
+    tested = search.study.user_attrs
+    table = []
+    for frozen in search.study.get_trials(deepcopy=False):
+        attrs = frozen.user_attrs
+        state = frozen.state.name.lower()
+        note = attrs.get("reason") or ""
+        if INTERRUPTED in attrs:
+            state, note = "interrupted", f"{attrs[INTERRUPTED]}; queued again"
+        elif state == "pruned":
+            note = f"after epoch {attrs.get('epochs', '?')}"
+        elif state == "waiting":
+            note = "queued" + (f" (again, for trial {attrs['retry_of']})" if "retry_of" in attrs
+                               else "")
+        if "retry_of" in attrs and state != "waiting":
+            note = (note + "; " if note else "") + f"re-run of trial {attrs['retry_of']}"
+        value = frozen.value if frozen.state.name == "COMPLETE" else None
+        table.append({"trial": frozen.number, "best": frozen.number == best, "state": state,
+                      "value": value, **{n: frozen.params.get(n) for n in names},
+                      "val_accuracy": attrs.get("val_accuracy"), "epochs": attrs.get("epochs"),
+                      "training_s": attrs.get("training_s"),
+                      "global_batch": attrs.get("global_batch"),
+                      "effective_lr": attrs.get("effective_lr"),
+                      "peak_memory_bytes": attrs.get("peak_memory_bytes"),
+                      "test_accuracy": (tested.get(f"test_of_trial_{frozen.number}")
+                                        or {}).get("test_accuracy"), "note": note})
+    return table
+
+
+def _best_number(study) -> int | None:
+    try:
+        return study.best_trial.number
+    except ValueError:  # no complete trial yet
+        return None
+
+
+def format_table(table: list[dict[str, Any]], search: Search) -> str:
+    names = [p.name for p in search.space]
+    head = ["trial", "state", "objective", *names, "val acc", "epochs", "time s", "note"]
+    lines = [head]
+    for row in table:
+        value = "" if row["value"] is None else (
+            f"{row['value']:.2%}" if search.objective == "accuracy" else
+            "not reached" if math.isinf(row["value"]) else f"{row['value']:.1f} s")
+        lines.append([f"{row['trial']}{'*' if row['best'] else ''}", row["state"], value,
+                      *[_cell(row[n]) for n in names],
+                      "" if row["val_accuracy"] is None else f"{row['val_accuracy']:.2%}",
+                      _cell(row["epochs"]),
+                      "" if row["training_s"] is None else f"{row['training_s']:.1f}",
+                      row["note"]])
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)) + "  " +
+                     str(line[-1]) for line in lines).rstrip()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def write_csv(table: list[dict[str, Any]], path: Path) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(table[0]) if table else ["trial"])
+    writer.writeheader()
+    writer.writerows(table)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def test_best(search: Search) -> dict[str, Any] | None:
+    """The best trial with its test accuracy: evaluated now if it never was, once."""
+    try:
+        best = search.study.best_trial
+    except ValueError:
+        return None
+    found = {"trial": best.number, "objective": search.objective, "value": best.value,
+             "params": best.params, "record": best.user_attrs.get("record")}
+    key = f"test_of_trial_{best.number}"  # a finished trial's own attributes are read-only
+    tested = search.study.user_attrs.get(key)
+    if tested is not None:
+        return {**found, **tested, "evaluated_now": False}
+    folder = trial_folder(search.out, best.number)
+    if not (folder / MODEL).exists():
+        return {**found, "test_accuracy": None,
+                "why": f"its model ({folder / MODEL}) is not on this machine"}
+    loss, accuracy = _evaluate(folder)
+    tested = {"test_accuracy": accuracy, "test_loss": loss}
+    search.study.set_user_attr(key, tested)
+    return {**found, **tested, "evaluated_now": True}
+
+
+def _evaluate(folder: Path) -> tuple[float, float]:
+    """The saved model of a trial on its configuration's test set, in this process."""
+    import torch
+
+    from parascale import data, models
+    from parascale.config import TrainConfig
+    from parascale.training.evaluate import evaluate_alone
+
+    cfg = TrainConfig.from_dict(json.loads((folder / "record.json").read_text())["config"])
+    bundle = data.build(cfg)
+    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
+    state = torch.load(folder / MODEL, map_location="cpu", weights_only=True)
+    # a compiled model's keys carry torch.compile's wrapper prefix
+    model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in state.items()})
+    return evaluate_alone(model, bundle.test)
+
+
+def best_lines(best: dict[str, Any] | None, search: Search) -> list[str]:
+    if best is None:
+        return ["no trial completed: no best trial yet"]
+    params = ", ".join(f"{k}={_cell(v)}" for k, v in best["params"].items())
+    lines = [f"best: trial {best['trial']} ({params}): "
+             f"{describe_value(search.objective, best['value'])}"]
+    if best["test_accuracy"] is None:
+        lines.append(f"  test accuracy: not evaluated ({best['why']})")
+    else:
+        when = "evaluated once, now, for this trial only" if best["evaluated_now"] else \
+            "evaluated once, when it became the best"
+        lines.append(f"  test accuracy {best['test_accuracy']:.2%} ({when}; the search looked "
+                     "only at the validation split)")
+    return lines
+
+
+def write_best(best: dict[str, Any] | None, path: Path) -> None:
+    if best is not None:
+        atomic_write_text(path, json.dumps(best, indent=1, default=str))

@@ -1,0 +1,146 @@
+"""Real searches on digits: two trials at once on two cores, a search killed and resumed from
+its SQLite file, and a trial pruned by its rank 0 asking the study."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import psutil
+import pytest
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from parascale.cli.main import main
+from parascale.hpo import study as studies
+from parascale.hpo.judge import ENV as JUDGE_ENV
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.slow
+
+SEARCH = ["hpo", "--model", "smallcnn", "--dataset", "digits", "--param", "lr=0.01:0.1:log",
+          "--param", "batch_size=32,64", "--study-name", "t"]
+
+
+def _load(out):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name="t", storage=f"sqlite:///{out / 'hpo.db'}")
+
+
+def _record(out, number):
+    return json.loads((out / "trials" / f"{number:04d}" / "record.json").read_text())
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_two_trials_at_once_on_their_own_cores(tmp_path, capfd):
+    out = tmp_path / "search"
+    code = main([*SEARCH, "--trials", "4", "--epochs", "3", "--objective", "tta",
+                 "--target", "0.8", "--pruner", "none", "--out", str(out)])
+    text = capfd.readouterr().out
+    assert code == 0
+    trials = _load(out).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    # trials ran at the same time, each pinned to a core of its own
+    overlapping = [(a, b) for a in trials for b in trials if a.number < b.number
+                   and a.datetime_start < b.datetime_complete
+                   and b.datetime_start < a.datetime_complete]
+    assert overlapping
+    for a, b in overlapping:
+        cores = [_record(out, t.number)["environment"]["cpu_affinity_per_rank"] for t in (a, b)]
+        assert len(cores[0]) == len(cores[1]) == 1 and len(cores[0][0]) == 1
+        assert not set(cores[0][0]) & set(cores[1][0])
+    for t in trials:  # trials look at the validation split only, and stop at the target
+        record = _record(out, t.number)
+        assert record["config"]["evaluate_test"] is False and record["config"]["val_fraction"] == 0.2
+        assert all(e["test_accuracy"] is None for e in record["epochs"])
+        assert record["time_to_accuracy"]["split"] == "validation"
+        assert t.value == record["time_to_accuracy"]["elapsed_s"]
+    best = json.loads((out / "best.json").read_text())
+    assert best["trial"] == min(trials, key=lambda t: t.value).number
+    assert 0.5 < best["test_accuracy"] <= 1 and best["evaluated_now"]
+    assert "evaluated once, now, for this trial only" in text
+    models = sorted(p.parent.name for p in out.glob("trials/*/model.pt"))
+    assert models == [f"{best['trial']:04d}"]  # only the best trial's model is kept
+    assert len((out / "trials.csv").read_text().splitlines()) == 5
+    assert (out / "plots" / "hpo-objective.png").exists()
+    # run again: nothing more to do, and the test set is not evaluated a second time
+    assert main([*SEARCH, "--trials", "4", "--epochs", "3", "--objective", "tta",
+                 "--target", "0.8", "--pruner", "none", "--out", str(out)]) == 0
+    assert len(_load(out).trials) == 4
+    assert "evaluated once, when it became the best" in capfd.readouterr().out
+
+
+def test_a_killed_search_resumes_without_losing_or_repeating_a_trial(tmp_path, capfd):
+    out = tmp_path / "search"
+    args = [*SEARCH, "--trials", "4", "--epochs", "4", "--pruner", "none", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "parascale", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        def one_done_and_one_running():
+            if not (out / "hpo.db").exists():
+                return False
+            try:
+                states = [t.state for t in _load(out).trials]
+            except Exception:  # noqa: BLE001 - the search is still creating its tables
+                return False
+            return TrialState.COMPLETE in states and TrialState.RUNNING in states
+        assert wait_until(one_done_and_one_running, 120)
+        family = psutil.Process(proc.pid).children(recursive=True)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # the trials and their workers die with the search
+    assert wait_until(lambda: not [p for p in family if p.is_running()
+                                   and p.status() != psutil.STATUS_ZOMBIE], 30)
+    before = {t.number: t for t in _load(out).trials}
+    finished_before = {n for n, t in before.items() if t.state == TrialState.COMPLETE}
+    left_running = {n for n, t in before.items() if t.state == TrialState.RUNNING}
+    assert finished_before and left_running
+    time.sleep(0.1)
+    assert main(args) == 0
+    assert "were left running by a search that ended: queued again" in capfd.readouterr().out
+    after = _load(out).trials
+    done = [t for t in after if t.state == TrialState.COMPLETE]
+    assert len(done) == 4
+    for number in finished_before:  # finished trials are kept as they were, never re-run
+        assert after[number].state == TrialState.COMPLETE
+        assert after[number].value == before[number].value
+    interrupted = [t for t in after if studies.INTERRUPTED in t.user_attrs]
+    assert {t.number for t in interrupted} == left_running
+    retries = [t for t in after if "retry_of" in t.user_attrs]
+    assert sorted(t.user_attrs["retry_of"] for t in retries) == sorted(left_running)
+    for retry in retries:  # each lost trial ran again, with its parameters, exactly once
+        assert retry.state == TrialState.COMPLETE
+        assert retry.params == after[retry.user_attrs["retry_of"]].params
+    assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_rank_0_asks_the_study_and_every_rank_stops_when_pruned(tmp_path, capfd, monkeypatch):
+    storage = f"sqlite:///{tmp_path / 'hpo.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    the_study = optuna.create_study(storage=storage, study_name="t", direction="maximize")
+    lr = {"lr": FloatDistribution(0.001, 0.1)}
+    for _ in range(2):  # two earlier trials that were far better at every epoch
+        the_study.add_trial(create_trial(value=0.999, params={"lr": 0.05}, distributions=lr,
+                                         intermediate_values={1: 0.999, 2: 0.999, 3: 0.999}))
+    trial = the_study.ask(lr)
+    monkeypatch.setenv(JUDGE_ENV, json.dumps({
+        "storage": storage, "study": "t", "trial_id": trial._trial_id, "number": trial.number,
+        "pruner": "median", "objective": "accuracy"}))
+    out = tmp_path / "run"
+    code = main(["train", "--workers", "2", "--model", "smallcnn", "--epochs", "4", "--lr",
+                 "0.001", "--val-fraction", "0.2", "--no-evaluate-test", "--out", str(out)])
+    text = capfd.readouterr().out
+    assert code == 0
+    record = json.loads((out / "record.json").read_text())
+    # epoch 1 is the warm-up, never judged; epoch 2 falls below the median
+    assert record["search"] == {"trial": trial.number, "pruned_at_epoch": 2}
+    assert len(record["epochs"]) == 2
+    assert "the search pruned this trial after epoch 2" in text
+    reported = the_study.trials[trial.number].intermediate_values
+    assert list(reported) == [1, 2]
+    assert reported[2] == record["epochs"][1]["val_accuracy"]
