@@ -81,13 +81,15 @@ def test_bad_input_is_one_line(capsys):
 
 
 @pytest.mark.slow
-def test_bench_batch_size_max_plans_with_the_batch_the_search_found(capsys):
+def test_bench_batch_size_max_runs_with_the_batch_the_search_found(tmp_path, capsys):
     assert main(["bench", "--model", "mlp", "--dataset", "digits", "--batch-size", "max",
-                 "--scaling", "weak", "--workers", "1,2", "--dry-run"]) == 0
+                 "--scaling", "weak", "--workers", "1,2", "--epochs", "1",
+                 "--out", str(tmp_path / "study")]) == 0
     out = capsys.readouterr().out
-    found = int(out.split("--batch-size max: ")[1].split()[0])
+    found = int(out.split("batch_size max for mlp: ")[1].split()[0])
     from parascale.runtime.env import available_cores
 
     # an MLP on 8x8 digits fits up to the data's share of one worker per core
     assert found == 1437 // available_cores()
-    assert f"batch_size={found}" in out or f" {found} " in out
+    records = [json.loads(p.read_text()) for p in (tmp_path / "study").glob("runs/*/record.json")]
+    assert sorted(r["derived"]["global_batch"] for r in records) == [found, 2 * found]

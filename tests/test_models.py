@@ -281,3 +281,17 @@ def test_probe_leaves_modes_and_state_untouched():
     assert model.training and model.fc.training and not model.stages[0][0].bn1.training
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # BN statistics included
+
+
+def test_timm_models_by_name():
+    import torch
+
+    from parascale import models
+    from parascale.errors import UsageError
+
+    model = models.build("timm:resnetv2_18", 10, (1, 16, 16))  # channels and classes follow
+    assert model(torch.zeros(2, 1, 16, 16)).shape == (2, 10)
+    with pytest.raises(UsageError, match="did you mean 'timm:resnetv2_50'"):
+        models.check("timm:resnetv2_5")
+    with pytest.raises(UsageError, match="timm:NAME"):
+        models.check("resnetv2_50")

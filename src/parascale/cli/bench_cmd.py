@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import shlex
@@ -185,13 +186,15 @@ def default_scaling(args: argparse.Namespace, options: dict[str, Any],
 
 def plan_from_args(args: argparse.Namespace):
     """(inputs, jobs, study folder) from the command line; UsageError for any bad input."""
+    from parascale.bench import maxbatch
     from parascale.bench.plan import load_study_file, parse_assignment, parse_variable
     from parascale.bench.study import combine, make_jobs
+    from parascale.runtime.world import devices_elsewhere
 
     options = config_from_args(args)
-    if options.get("batch_size") == "max":
-        options["batch_size"] = largest_batch(options)
     assignments = [parse_assignment(text) for text in args.param]
+    file = load_study_file(args.config) if args.config else None
+    wants_max = maxbatch.take(file["parameters"] if file else None, options, assignments)
     args.default_scaling = default_scaling(args, options, assignments)
     scaling = args.default_scaling or args.scaling
     if scaling == "weak" and args.default_scaling and "batch_size" not in options \
@@ -199,10 +202,15 @@ def plan_from_args(args: argparse.Namespace):
         options["batch_size"] = DEFAULT_BATCH
     check_quiet(args.quiet_machine)
     inputs = combine(
-        load_study_file(args.config) if args.config else None, options, assignments,
+        file, options, assignments,
         [parse_variable(text) for text in args.var], scaling, args.workers_spec,
         args.repeat, args.baseline)
-    jobs = make_jobs(inputs)
+    # a dry run plans a GPU study on any machine; a real run needs the GPUs here
+    with devices_elsewhere() if args.dry_run else contextlib.nullcontext():
+        jobs = make_jobs(inputs)
+    if wants_max:
+        maxbatch.resolve(jobs, args.dry_run, largest_batch, echo)
+        inputs.parameters["batch_size"] = maxbatch.MAX  # the plan as given, in plan.json
     study = Path(args.study_out) if args.study_out else default_out(inputs)
     from parascale.files import check_writable_folder
 
@@ -225,12 +233,12 @@ def largest_batch(options: dict[str, Any]) -> int:
     import psutil
 
     from parascale import data, models
+    from parascale.bench.maxbatch import SEARCH_FIELDS
     from parascale.cli.find_batch_cmd import SHARE_OF_FREE, largest
     from parascale.config import TrainConfig, validate
     from parascale.runtime.env import available_cores
 
-    fields = {k: v for k, v in options.items() if k in ("model", "dataset", "data_dir",
-                                                        "image_size", "download")}
+    fields = {k: v for k, v in options.items() if k in SEARCH_FIELDS}
     cfg = TrainConfig(**fields)
     validate(cfg)
     models.check(cfg.model)
@@ -243,8 +251,7 @@ def largest_batch(options: dict[str, Any]) -> int:
     found, _, _ = largest(cfg, gpus[0] if gpus else None, budget, max(1, per_worker),
                           f" (half the memory free now, over {available_cores()} workers)")
     if found.best is None:
-        raise UsageError(f"--batch-size max: not even a batch of 1 of {cfg.model} fits")
-    echo(f"--batch-size max: {found.best.batch} per device")
+        raise UsageError(f"batch_size max: not even a batch of 1 of {cfg.model} fits")
     return found.best.batch
 
 
@@ -273,6 +280,14 @@ def dry_run(jobs: list, study: Path, repeat: int, rerun: str) -> None:
     if kept:
         print(f"{len(kept)} of {len(jobs)} runs are already recorded in {study} and would be "
               f"kept (--rerun {rerun})")
+    gpus = sorted({g for job in jobs for g in job.train.get("gpus") or []})
+    if gpus:
+        import torch
+
+        if torch.cuda.device_count() <= max(gpus):
+            print(f"note: the plan uses GPU(s) {','.join(map(str, gpus))}, which this machine "
+                  f"does not have ({torch.cuda.device_count()} visible): it was checked in every "
+                  "other respect, and runs where the GPUs are")
     print(f"dry run: nothing was run or written (the study would go to {study})")
 
 

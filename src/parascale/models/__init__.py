@@ -5,6 +5,7 @@ A model name is one of
 - parascale's own models (:func:`names`): ``mlp``, ``smallcnn``, ``lenet`` (no BatchNorm, so
   data-parallel runs match one worker exactly) and the CIFAR ResNets ``resnet20/32/56``;
 - a torchvision classification model (``resnet50``, ``vgg16``, ...), built without weights;
+- ``timm:NAME``, a timm model (``timm:resnetv2_50``), built without weights;
 - ``package.module:function``, importable from the current directory or PYTHONPATH, called as
   ``function(num_classes=K, input_shape=(C, H, W))`` and returning an ``nn.Module``.
 """
@@ -20,6 +21,7 @@ from parascale.errors import UsageError
 from parascale.models.probe import has_batchnorm, probe, remember_name, shape_error, short_cause
 from parascale.models.resnet_cifar import CifarResNet
 from parascale.models.small import MLP, LeNet, SmallCNN
+from parascale.models.timm_models import build_timm, check_timm, is_timm
 from parascale.models.tv import build_torchvision, torchvision_names
 from parascale.models.user import build_user, resolve_user
 
@@ -73,8 +75,8 @@ def _unknown(name: str) -> UsageError:
     hint = f" (did you mean {closest!r}?)" if closest else ""
     return UsageError(
         f"unknown model {name!r}{hint}; parascale's models are {', '.join(names())}; "
-        "torchvision classification names (e.g. resnet50, vgg16) and "
-        "'package.module:function' are accepted too"
+        "torchvision classification names (e.g. resnet50, vgg16), timm's as 'timm:NAME' "
+        "(e.g. timm:resnetv2_50) and 'package.module:function' are accepted too"
     )
 
 
@@ -86,6 +88,9 @@ def check(name: str) -> None:
     if not isinstance(name, str) or not name.strip():
         raise UsageError(f"model name must be a non-empty string, got {name!r}")
     if name in _REGISTRY:
+        return
+    if is_timm(name):
+        check_timm(name)
         return
     if ":" in name:
         resolve_user(name)
@@ -113,11 +118,12 @@ def build(name: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.
     shape = _checked_shape(input_shape)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise UsageError(f"number of classes must be a positive integer, got {num_classes!r}")
-    if ":" in name:
+    if ":" in name and not is_timm(name):
         model = build_user(name, num_classes, shape)
     else:
         own = name in _REGISTRY
-        factory = _REGISTRY[name] if own else partial(build_torchvision, name)
+        factory = _REGISTRY[name] if own else partial(build_timm, name) if is_timm(name) \
+            else partial(build_torchvision, name)
         try:
             model = factory(num_classes, shape)
         except (RuntimeError, ValueError, AssertionError) as exc:

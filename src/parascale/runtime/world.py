@@ -15,6 +15,7 @@ device), from ``LOCAL_RANK`` or from the GPU list of a local launch: never a har
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime
 import os
 import signal
@@ -49,12 +50,29 @@ class World:
         return self.rank == 0
 
 
+#: set while planning for another machine (``bench --dry-run``): GPUs are not looked for here
+_ELSEWHERE = contextvars.ContextVar("parascale_devices_elsewhere", default=False)
+
+
+@contextlib.contextmanager
+def devices_elsewhere() -> Iterator[None]:
+    """Check configurations as if their GPUs existed: a study file for a GPU machine is
+    planned here, every other check included, and runs as it is there."""
+    token = _ELSEWHERE.set(True)
+    try:
+        yield
+    finally:
+        _ELSEWHERE.reset(token)
+
+
 def resolve_device_type(requested: str, gpus: tuple[int, ...] | None) -> str:
     """'cpu' or 'cuda' from --device and --gpus; CUDA asked for but absent is a usage error."""
     wants_cuda = requested == "cuda" or gpus is not None or (
         requested == "auto" and external_launcher() is not None and torch.cuda.is_available())
     if not wants_cuda:
         return "cpu"
+    if _ELSEWHERE.get():
+        return "cuda"
     if not torch.cuda.is_available():
         what = f"--gpus {','.join(map(str, gpus))}" if gpus else "--device cuda"
         raise UsageError(f"{what} needs CUDA, but torch.cuda.is_available() is False on this "
