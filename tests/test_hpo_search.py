@@ -144,3 +144,34 @@ def test_rank_0_asks_the_study_and_every_rank_stops_when_pruned(tmp_path, capfd,
     reported = the_study.trials[trial.number].intermediate_values
     assert list(reported) == [1, 2]
     assert reported[2] == record["epochs"][1]["val_accuracy"]
+
+
+def test_sigterm_stops_the_trials_and_queues_them_again(tmp_path):
+    out = tmp_path / "search"
+    args = [*SEARCH, "--trials", "4", "--epochs", "30", "--pruner", "none", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "parascale", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        def running():
+            if not (out / "hpo.db").exists():
+                return False
+            try:  # a trial is training once its first epoch is in its log
+                return any("epoch 1/30" in p.read_text() for p in out.glob("trials/*/log.txt"))
+            except OSError:
+                return False
+        assert wait_until(running, 120)
+        family = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and "parascale: terminated (SIGTERM)" in err
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    trials = _load(out).trials
+    stopped = [t for t in trials if studies.INTERRUPTED in t.user_attrs]
+    assert stopped and all(t.state == TrialState.FAIL for t in stopped)
+    assert "the search was stopped while it ran" in stopped[0].user_attrs[studies.INTERRUPTED]
+    queued = [t for t in trials if t.state == TrialState.WAITING]
+    assert sorted(t.user_attrs["retry_of"] for t in queued) == sorted(t.number for t in stopped)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
