@@ -44,7 +44,7 @@ def test_record_has_warmup_schedule_time_to_accuracy_and_phases(train_run):
     assert epochs[2]["lr"] == epochs[3]["lr"] == pytest.approx(0.04)
     tta = record["time_to_accuracy"]
     first = next(e for e in epochs if e["test_accuracy"] >= 0.8)
-    assert tta == {"target": 0.8, "reached": True, "epoch": first["epoch"],
+    assert tta == {"target": 0.8, "reached": True, "split": "test", "epoch": first["epoch"],
                    "elapsed_s": first["elapsed_s"]}
     for e in epochs:
         assert e["samples"] == e["steps"] * 32
