@@ -161,13 +161,15 @@ def test_sigterm_stops_the_trials_and_queues_them_again(tmp_path):
                 return False
         assert wait_until(running, 120)
         family = psutil.Process(proc.pid).children(recursive=True)
+        names = [(p.pid, p.name(), p.ppid()) for p in family]
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143 and "parascale: terminated (SIGTERM)" in err
-    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    left = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, (names, left)
     trials = _load(out).trials
     stopped = [t for t in trials if studies.INTERRUPTED in t.user_attrs]
     assert stopped and all(t.state == TrialState.FAIL for t in stopped)

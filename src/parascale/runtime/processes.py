@@ -97,7 +97,37 @@ def exit_now(code: int) -> NoReturn:
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
         util._run_finalizers()
+    _stop_helpers()
     os._exit(code)
+
+
+def _stop_helpers(wait_s: float = 5.0) -> None:
+    """multiprocessing's fork server and resource tracker leave by themselves once this process
+    is gone, but under load that takes seconds, and whoever watches for leftovers (a test, a
+    scheduler's cgroup, a user's ``ps``) sees them running after the command ended. Whatever they
+    served has been stopped by now, or dies with the fork server."""
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker",
+                      None)
+    fd, pid = getattr(tracker, "_fd", None), getattr(tracker, "_pid", None)
+    if fd is None or not pid:
+        return
+    os.close(fd)  # its end of the pipe: it cleans up and leaves once every holder has closed it
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.02)
 
 
 def _prctl(option: int, *args) -> bool:
@@ -290,8 +320,12 @@ def start_command(argv: list[str], env: dict[str, str], log: Path | None) -> Chi
 
 def stop(children: list[Child], grace_s: float) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``; with no grace, SIGKILL at once. Returns when
-    every one has exited."""
+    every one has exited, and so has every process they had started (a trial's workers and its
+    fork server outlive it by a moment otherwise, and a caller that exits then leaves them)."""
+    import psutil  # here: the command line imports this module before it needs psutil
+
     alive = [c for c in children if c.poll() is None]
+    family = _descendants(alive)
     for child in alive:
         child.send(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
     deadline = time.monotonic() + grace_s
@@ -299,3 +333,22 @@ def stop(children: list[Child], grace_s: float) -> None:
         if child.wait(max(0.0, deadline - time.monotonic())) is None:
             child.send(signal.SIGKILL)
             child.wait(None)
+    _, left = psutil.wait_procs(family, timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=5.0)
+
+
+def _descendants(children: list[Child]) -> list:
+    import psutil
+
+    found = []
+    for child in children:
+        try:
+            found += psutil.Process(child.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    return found
