@@ -105,6 +105,24 @@ def connect(address: str, port: int) -> str:
     return "accepted"
 
 
+def test_a_store_for_a_host_elsewhere_listens_on_one_interface_never_on_all():
+    """A multi-node world may name a MASTER_ADDR that is not this machine (torchrun's c10d
+    rendezvous puts rank 0 anywhere): the store takes this machine's address on the route there."""
+    from parascale.runtime.local import address_towards, open_store
+
+    elsewhere = "198.51.100.7"  # TEST-NET-2: documentation only, never an address of this machine
+    try:
+        expected = address_towards(elsewhere)
+    except OSError:
+        pytest.skip("this machine has no route beyond loopback")
+    store = open_store(host=elsewhere, timeout_s=5)
+    listening = [c.laddr for c in psutil.Process().net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port]
+    assert store.host == expected != elsewhere
+    assert [a.ip for a in listening] == [expected], listening
+    del store
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", [["--sync", "allreduce"],
                                       ["--sync", "parameter-server", "--ps-servers", "2"]])

@@ -84,14 +84,19 @@ def open_store(port: int | None = None, host: str = LOOPBACK,
 
     torch's own server listens on every interface whatever ``host`` says, so the socket is bound
     here and handed over (``master_listen_fd``). A host that is not an address of this machine
-    (a torchrun world whose rank 0 is not on MASTER_ADDR) falls back to every interface.
+    (a torchrun world whose rank 0 is not on MASTER_ADDR) is replaced by this machine's address
+    on the route towards it, the one interface its peers reach: the store's ``host`` says which.
     """
     try:
-        sock = _listen(host, port or 0)
+        try:
+            sock = _listen(host, port or 0)
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL or host == LOOPBACK:
+                raise
+            host = address_towards(host)
+            sock = _listen(host, port or 0)
     except OSError as exc:
-        if exc.errno == errno.EADDRNOTAVAIL and host != LOOPBACK:
-            sock = _listen("0.0.0.0", port or 0)
-        elif exc.errno == errno.EADDRINUSE and port:
+        if exc.errno == errno.EADDRINUSE and port:
             raise UsageError(f"--port {port} is already in use on {host}; choose another "
                              "port or leave --port out to let parascale pick a free one") from None
         else:
@@ -101,6 +106,15 @@ def open_store(port: int | None = None, host: str = LOOPBACK,
     return dist.TCPStore(host, bound, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=timeout_s),
                          master_listen_fd=sock.detach())  # the store closes it
+
+
+def address_towards(host: str) -> str:
+    """This machine's address on the route to ``host``: connecting a UDP socket sends nothing,
+    but makes the kernel choose the interface and its source address."""
+    family, _, _, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(address)
+        return probe.getsockname()[0]
 
 
 def check_oversubscription(workers: int, threads: int, cores: int, servers: int = 0,

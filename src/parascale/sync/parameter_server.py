@@ -171,11 +171,11 @@ class ParameterServer(Strategy):
         address: list[Any] = [host, 0]
         if world.is_main:
             store = open_store(host=host, timeout_s=cfg.timeout)
-            address[1] = store.port
+            address = [store.host, store.port]  # the host may be replaced by a local address
         dist.broadcast_object_list(address, src=0)
         if world.is_main:
             self.servers = ServerProcesses([
-                proto.Spec(host, store.port, s, n, k, a, b, cfg.ps_mode, cfg.timeout,
+                proto.Spec(store.host, store.port, s, n, k, a, b, cfg.ps_mode, cfg.timeout,
                            os.getpid(), str(self.flat.dtype).removeprefix("torch."),
                            cfg.compression)
                 for s, (a, b) in enumerate(self.bounds)])
