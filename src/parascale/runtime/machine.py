@@ -55,7 +55,7 @@ def own_cpu_s(pid: int | None = None) -> float:
     """
     proc = psutil.Process(pid)
     total = _cpu(proc)
-    for child in _children(proc):
+    for child in descendants(pid):
         total += _cpu(child)
     if pid is None or pid == os.getpid():
         import resource
@@ -78,7 +78,7 @@ def family_pids() -> set[int]:
     """This process, its parent and its live descendants. For a rank: itself, its launcher and
     what it started (servers, loader workers), none of which is "another program"."""
     me = psutil.Process()
-    return {me.pid, me.ppid()} | {child.pid for child in _children(me)}
+    return {me.pid, me.ppid()} | {child.pid for child in descendants()}
 
 
 def load_avg_1m() -> float:
@@ -86,9 +86,10 @@ def load_avg_1m() -> float:
     return psutil.getloadavg()[0]
 
 
-def _children(proc: psutil.Process) -> list[psutil.Process]:
+def descendants(pid: int | None = None) -> list[psutil.Process]:
+    """The live descendants of ``pid`` (this process when None); none when it is gone."""
     try:
-        return proc.children(recursive=True)
+        return psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
 

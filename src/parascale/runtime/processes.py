@@ -324,8 +324,10 @@ def stop(children: list[Child], grace_s: float) -> None:
     fork server outlive it by a moment otherwise, and a caller that exits then leaves them)."""
     import psutil  # here: the command line imports this module before it needs psutil
 
+    from parascale.runtime.machine import descendants
+
     alive = [c for c in children if c.poll() is None]
-    family = _descendants(alive)
+    family = [p for child in alive for p in descendants(child.pid)]
     for child in alive:
         child.send(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
     deadline = time.monotonic() + grace_s
@@ -341,14 +343,3 @@ def stop(children: list[Child], grace_s: float) -> None:
             pass
     psutil.wait_procs(left, timeout=5.0)
 
-
-def _descendants(children: list[Child]) -> list:
-    import psutil
-
-    found = []
-    for child in children:
-        try:
-            found += psutil.Process(child.pid).children(recursive=True)
-        except psutil.Error:
-            pass
-    return found
