@@ -196,6 +196,19 @@ def test_an_unwritable_out_is_refused_in_one_line(capsys, tmp_path, command):
     assert not out.parent.exists()
 
 
+@pytest.mark.parametrize("command", ["train", "bench", "hpo"])
+def test_an_out_the_file_system_refuses_is_one_line_for_root_too(capsys, command):
+    """/proc lets root pass os.access but creates no folder: what a root-squashed share does."""
+    out = Path("/proc/parascale-run")
+    args = {"train": ["train", "--model", "mlp", "--workers", "1", "--steps", "1"],
+            "bench": ["bench", "--model", "mlp", "--workers", "1", "--steps", "1"],
+            "hpo": ["hpo", "--model", "mlp", "--param", "lr=0.01:0.1", "--trials", "1"]}[command]
+    assert main([*args, "--out", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert f"--out {out}" in line, line
+    assert not out.exists()
+
+
 # -- 6: more workers than the data or the machine can take -------------------------------------
 
 def test_more_workers_than_the_data_says_the_numbers(capsys, tmp_path):

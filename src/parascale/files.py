@@ -43,7 +43,7 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
 def check_writable_folder(path: str | os.PathLike, option: str = "--out") -> None:
     """UsageError unless ``path`` is, or can be made, a folder we may write into: it is a folder,
-    or its nearest existing ancestor is a writable folder. Writes nothing."""
+    or its nearest existing ancestor is a writable folder. Leaves nothing behind."""
     where = Path(os.path.abspath(path))
     if where.exists() and not where.is_dir():
         raise UsageError(f"{option} {path} exists and is not a folder")
@@ -56,3 +56,10 @@ def check_writable_folder(path: str | os.PathLike, option: str = "--out") -> Non
         what = "it is" if ancestor == where else f"its nearest existing folder {ancestor} is"
         raise UsageError(f"{option} {path}: {what} not writable; choose a folder you can "
                          "write to")
+    # os.access answers yes to root everywhere, also where the file system refuses (/proc, a
+    # root-squashed share): make a folder there and remove it at once
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".parascale-probe-", dir=ancestor))
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot create a folder in {ancestor} "
+                         f"({exc.strerror or exc}); choose a folder you can write to") from None
