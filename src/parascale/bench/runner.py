@@ -43,7 +43,7 @@ from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale.safejson import Refused, read_plan
 
-__all__ = ["RERUN", "StudyRunner", "run_study", "existing_records"]
+__all__ = ["RERUN", "StudyRunner", "run_study", "existing_records", "planned_jobs"]
 
 RERUN = ("never", "failed", "always")
 RUNS, STAGING, PLAN, LOCK = "runs", ".running", "plan.json", ".lock"
@@ -214,12 +214,30 @@ class StudyRunner:
 
     # -- running ----------------------------------------------------------------------------
 
-    def _skip(self, job: Job, reason: str) -> dict[str, Any]:
+    def _skip(self, job: Job, reason: str, status: str = "skipped") -> dict[str, Any]:
         derived = {"world_size": job.world_size, "per_device_batch": job.per_device_batch,
                    "global_batch": job.global_batch or job.train.get("global_batch")}
         config = TrainConfig.from_dict({**job.train, "workers": job.world_size}).to_dict()
         config["save_model"] = job.train.get("save_model", False)
-        return self._file(job, rec.failure_record(config, "skipped", reason, derived))
+        return self._file(job, rec.failure_record(config, status, reason, derived))
+
+    def file_elsewhere(self, job: Job, reason: str) -> dict[str, Any]:
+        """File the run of ``job`` that trained outside this process (a Slurm job trains into
+        ``.running/<folder>`` as :meth:`_execute` does): its record, or, when it left none, a
+        failed record saying ``reason``."""
+        if _read(self.study / STAGING / job.folder / rec.RECORD_NAME) is not None:
+            return self._recover(job)  # type: ignore[return-value]
+        shutil.rmtree(self.study / STAGING / job.folder, ignore_errors=True)
+        return self._skip(job, reason, status="failed")
+
+    def prepare(self, inputs: dict[str, Any] | None = None) -> None:
+        """Write the plan of a study whose runs train elsewhere (Slurm jobs), as :meth:`run`
+        does before its first run, saying how it differs from the folder's earlier plan."""
+        self.study.mkdir(parents=True, exist_ok=True)
+        with _locked(self.study):
+            (self.study / RUNS).mkdir(exist_ok=True)
+            self.plan_change = self._compare_plans(self._earlier_plan())
+            self.write_plan(inputs)
 
     def _execute(self, job: Job) -> dict[str, Any]:
         from parascale.training import train
@@ -341,6 +359,20 @@ class StudyRunner:
         return (f"ok in {seconds:.1f} s: steady epoch {summary.get('steady_epoch_time_s', 0):.3f} s, "
                 f"{summary.get('steady_throughput', 0):,.0f} samples/s, test accuracy "
                 f"{summary.get('final_test_accuracy') or 0:.1%}{busy}")
+
+
+def planned_jobs(study: Path) -> list[Job]:
+    """The jobs of the plan written in ``study`` (plan.json), as :meth:`StudyRunner.write_plan`
+    wrote them: what a job running elsewhere needs to file its run. UsageError without one."""
+    try:
+        plan = read_plan(Path(study) / PLAN)
+    except Refused as exc:
+        raise UsageError(f"{study} holds no readable study plan ({PLAN}): {exc}") from None
+    keys = ("folder", "config_id", "params", "train", "workers")
+    return [Job(r["config_id"], r["folder"], r["params"], r["train"], r["workers"],
+                r.get("per_device_batch"), r.get("global_batch"), r.get("scaling"),
+                r.get("repeat", 1), bool(r.get("baseline")), r.get("skip_reason"))
+            for r in plan["runs"] if isinstance(r, dict) and all(k in r for k in keys)]
 
 
 def run_study(study: Path, jobs: Sequence[Job], rerun: str = "never",

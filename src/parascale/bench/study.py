@@ -8,6 +8,8 @@ configuration. A study that cannot run fails here with one UsageError, before an
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import json
@@ -71,8 +73,25 @@ class Job:
     label: str = ""  # short description for progress lines
 
 
+#: how many workers a study planned for other machines (a Slurm allocation) may ask for
+_ELSEWHERE = contextvars.ContextVar("parascale_workers_elsewhere", default=None)
+
+
+@contextlib.contextmanager
+def workers_elsewhere(count: int):
+    """Plan worker lists ('all', 'pow2', 1,2,...,N) against ``count`` workers, not this
+    machine's cores or GPUs: ``parascale slurm bench`` runs its study on the cluster's nodes."""
+    token = _ELSEWHERE.set(count)
+    try:
+        yield
+    finally:
+        _ELSEWHERE.reset(token)
+
+
 def max_workers(parameters: Mapping[str, Any]) -> int:
     """How many workers a worker list may ask for: the GPUs given or visible, else CPU cores."""
+    if _ELSEWHERE.get() is not None:
+        return _ELSEWHERE.get()
     gpus = parameters.get("gpus")
     if isinstance(gpus, str):
         gpus = [g for g in gpus.split(",") if g.strip()]

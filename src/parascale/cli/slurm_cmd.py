@@ -1,0 +1,270 @@
+"""``parascale slurm``: run ``train`` and ``bench`` as Slurm jobs, and see how a study's jobs are.
+
+``slurm train`` and ``slurm bench`` take exactly the options of ``train`` and ``bench`` (their
+parsers are built by the same code) plus the Slurm ones (:mod:`parascale.cluster.script`), and
+check all of them before a script is rendered: bad input is one line, nothing written or
+submitted. ``--dry-run`` prints the job script(s); ``--submit`` writes and submits them.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from parascale.errors import UsageError, WorkerFailure
+
+DESCRIPTION = """\
+Run 'parascale train' or a 'parascale bench' study as Slurm jobs: one task per device under
+srun, rank 0 hosting the rendezvous on the first node. A study becomes one job per
+configuration; each files its record into STUDY/runs/<configuration>/ as bench does, so
+'parascale report STUDY' works unchanged. 'parascale slurm status STUDY' shows each
+configuration's job and state; a job that failed, was cancelled or ran out of time is recorded
+as failed with the scheduler's reason, and submitting the study again sends only what is
+missing or failed. See docs/slurm.md.
+"""
+
+EXAMPLES = """\
+examples:
+  parascale slurm train --workers 4 --nodes 2 --time 30 --model smallcnn --epochs 5 \\
+      --out runs/cnn --setup 'module load python' --dry-run
+  parascale slurm train --nodes 2 --gpus-per-node 4 --model resnet50 --dataset cifar10 \\
+      --data-dir data --global-batch 1024 --out runs/r50 --submit --wait
+  parascale slurm bench --workers 1,2,4 --scaling weak --batch-size 32 --epochs 3 \\
+      --out studies/cnn --time 20 --submit
+  parascale slurm status studies/cnn
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from parascale.cli import bench_cmd, train_cmd
+    from parascale.cluster.script import add_options
+
+    parser = subparsers.add_parser(
+        "slurm", help="run train or a bench study as Slurm jobs; status of a study's jobs",
+        description=DESCRIPTION, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="slurm_command", metavar="{train,bench,status}")
+    train = train_cmd.register(sub)
+    train.description = "Submit 'parascale train' as one Slurm job. " + train.description
+    add_options(train)
+    train.set_defaults(func=run_train)
+    bench = bench_cmd.register(sub)
+    bench.description = ("Submit a 'parascale bench' study as one Slurm job per configuration. "
+                         + bench.description)
+    add_options(bench, dry_run=False)  # bench's own --dry-run prints the plan and the scripts
+    bench.set_defaults(func=run_bench, rerun="failed")
+    status = sub.add_parser("status", help="each configuration's job and state",
+                            description="Show each configuration of STUDY with its Slurm job, "
+                            "the job's state and the scheduler's reason; jobs that ended "
+                            "without filing their run are filed as failed now.")
+    status.add_argument("study", metavar="STUDY", help="the study folder (--out of slurm bench)")
+    status.set_defaults(func=run_status)
+    parser.set_defaults(func=lambda args: _no_command(parser))
+    return parser
+
+
+def _no_command(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def echo(line: str) -> None:
+    print(line, flush=True)
+
+
+# ---- train --------------------------------------------------------------------------------
+
+def train_script(args: argparse.Namespace):
+    """(script text, out folder, Slurm options) for ``slurm train``; UsageError for bad input."""
+    from parascale import data, models
+    from parascale.cli.options import config_from_args
+    from parascale.cli.train_cmd import default_out
+    from parascale.cluster.script import Script, layout, options_from_args, render, train_flags
+    from parascale.config import TrainConfig, validate
+    from parascale.files import check_writable_folder
+    from parascale.runtime.world import devices_elsewhere
+
+    opts = options_from_args(args)
+    cfg = config_from_args(args)
+    if cfg.get("gpus") is not None:
+        raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G "
+                         "(one task per GPU, each on cuda:<local rank>)")
+    nodes, per_node = layout(cfg.get("workers"), opts)
+    cfg["workers"] = nodes * per_node
+    cfg.setdefault("threads", opts.cpus_per_task)
+    if opts.gpus_per_node:
+        cfg["device"] = "cuda"
+    cfg["out"] = os.path.abspath(cfg.get("out") or default_out(cfg))
+    with devices_elsewhere():  # the GPUs are on the nodes, not necessarily here
+        checked = TrainConfig.from_dict(cfg)
+        validate(checked)
+        models.check(checked.model)
+        data.check(checked)
+    check_writable_folder(cfg["out"])
+    out = Path(cfg["out"])
+    script = Script(name=f"ps-train-{out.name}"[:120],
+                    what=f"parascale train {checked.model} on {checked.dataset}, "
+                    f"{cfg['workers']} worker(s); record in {out}/record.json",
+                    train=[*train_flags({k: v for k, v in cfg.items() if k != "out"}),
+                           "--out", str(out)],
+                    output=str(out).replace("%", "%%") + "-slurm-%j.out",
+                    nodes=nodes, tasks_per_node=per_node)
+    return render(script, opts), out, opts
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from parascale.cluster import scheduler
+    from parascale.files import atomic_write_text
+
+    text, out, _ = train_script(args)
+    if args.dry_run:
+        print(text, end="")
+        return 0
+    why = scheduler.available()
+    if why:
+        raise UsageError(f"--submit: {why}; --dry-run prints the script to submit elsewhere")
+    path = atomic_write_text(Path(f"{out}-slurm.sh"), text)
+    job_id = scheduler.submit(path)
+    output = Path(f"{out}-slurm-{job_id}.out")
+    echo(f"submitted job {job_id} (script {path}); output: {output}; record: {out}/record.json")
+    if not args.wait:
+        return 0
+    state = _wait_one(job_id, output)
+    return _train_outcome(job_id, state, out, output)
+
+
+def _wait_one(job_id: str, output: Path):
+    import time
+
+    from tqdm import tqdm
+
+    from parascale.cluster import scheduler
+
+    bar = tqdm(total=1, unit="job", desc=f"job {job_id}", mininterval=0.5, disable=None,
+               leave=False)
+    try:
+        while True:
+            state = scheduler.states([job_id], {job_id: output})[job_id]
+            bar.set_postfix_str(state.state.lower())
+            if not state.active:
+                bar.update(1)
+                return state
+            time.sleep(2.0)
+    finally:
+        bar.close()
+
+
+def _train_outcome(job_id: str, state, out: Path, output: Path) -> int:
+    from parascale import record as rec
+    from parascale.cli.train_cmd import done_lines
+    from parascale.safejson import Refused
+
+    try:
+        record = rec.read_record(out / rec.RECORD_NAME)
+    except Refused:
+        record = None
+    if record is None or state.failed:
+        raise WorkerFailure(f"Slurm job {job_id} ended {state.describe()} without a record "
+                            f"(output: {output})" if record is None else
+                            f"Slurm job {job_id} ended {state.describe()} (output: {output})")
+    if record["status"] != "ok":
+        raise WorkerFailure(f"{record['reason']} (record: {out}/record.json)")
+    echo(f"job {job_id} {state.state}")
+    print("\n".join(done_lines(record)))
+    echo(f"record: {out}/record.json")
+    return 0
+
+
+# ---- bench --------------------------------------------------------------------------------
+
+def study_plan(args: argparse.Namespace):
+    """(inputs, jobs, study, Slurm options) for ``slurm bench``; UsageError for bad input."""
+    from parascale.bench.study import workers_elsewhere
+    from parascale.cli.bench_cmd import plan_from_args
+    from parascale.cluster import scheduler
+    from parascale.cluster.script import options_from_args
+    from parascale.cluster.study import study_train
+    from parascale.runtime.env import available_cores
+
+    if args.dry_run == args.submit:
+        raise UsageError("give --dry-run (print the plan and the job scripts) or --submit")
+    if args.wait and not args.submit:
+        raise UsageError("--wait waits for submitted jobs: use it with --submit")
+    opts = options_from_args(args)
+    if args.quiet_machine is not None:
+        raise UsageError("--quiet-machine waits for this machine to be quiet; on Slurm the "
+                         "scheduler gives each job its cores")
+    if getattr(args, "gpus", None) is not None:
+        raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G")
+    per_node = opts.gpus_per_node or \
+        (scheduler.cpus_per_node(opts.partition) or available_cores()) // opts.cpus_per_task
+    args.threads = getattr(args, "threads", opts.cpus_per_task)
+    if opts.gpus_per_node:
+        args.device = "cuda"
+    with workers_elsewhere(max(1, per_node) * opts.nodes):
+        args.dry_run = True  # plan as for another machine: its GPUs are on the nodes
+        try:
+            inputs, jobs, study = plan_from_args(args)
+        finally:
+            args.dry_run = not args.submit
+    jobs = [dataclasses.replace(job, train=study_train(job, opts)) for job in jobs]
+    return inputs, jobs, study, opts
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from parascale.bench.study import plan_table
+    from parascale.cli.bench_cmd import explain, summarise, typed_command
+    from parascale.cluster import scheduler
+    from parascale.cluster.study import (failed_runs, status_table, study_script, submit,
+                                         wait)
+
+    inputs, jobs, study, opts = study_plan(args)
+    explain(args, jobs)
+    scripts = [(job, study_script(study, job, opts)) for job in jobs if job.skip_reason is None]
+    if args.dry_run:
+        print(plan_table(jobs, inputs.repeat))
+        for job, text in scripts:
+            print(f"\n# ---- {study / 'slurm' / (job.folder + '.sh')} ----")
+            print(text, end="")
+        print(f"\ndry run: nothing was written or submitted ({len(scripts)} job script(s) for "
+              f"{study})")
+        return 0
+    why = scheduler.available()
+    if why:
+        raise UsageError(f"--submit: {why}; --dry-run prints the scripts")
+    submitted = submit(study, jobs, opts, args.rerun, dataclasses.asdict(inputs), echo)
+    echo(f"{len(submitted)} job(s) submitted for {study}")
+    if not args.wait:
+        echo(f"see how they are doing: parascale slurm status {study}; once they are done: "
+             f"parascale report {study}")
+        return 0
+    rows = wait(study, jobs, echo)
+    print(status_table(rows))
+    summarise(study)
+    failed = failed_runs(study, jobs)
+    if failed:
+        raise WorkerFailure(f"{len(failed)} of {len(jobs)} runs failed (reasons above and in "
+                            f"the report); {typed_command('slurm')} again submits them again")
+    return 0
+
+
+# ---- status -------------------------------------------------------------------------------
+
+def run_status(args: argparse.Namespace) -> int:
+    from parascale.bench.runner import planned_jobs
+    from parascale.cluster.study import check_study, refresh, status_table
+
+    study = Path(args.study)
+    check_study(study)
+    jobs = planned_jobs(study)
+    rows = refresh(study, jobs)
+    print(status_table(rows))
+    counts: dict[str, int] = {}
+    for row in rows:
+        key = row.state.lower() if row.active else (row.outcome or row.state.lower())
+        counts[key] = counts.get(key, 0) + 1
+    print(f"{len(rows)} configuration(s): " + ", ".join(f"{n} {k}" for k, n in counts.items()),
+          file=sys.stderr if not rows else sys.stdout)
+    return 0

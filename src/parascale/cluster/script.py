@@ -1,0 +1,220 @@
+"""The Slurm options and the job script rendered from them.
+
+A job script is plain bash a user can read and submit by hand: ``#SBATCH`` lines, the set-up
+lines given with ``--setup``, the rendezvous exported for :mod:`parascale.runtime.world` (rank 0
+hosts the store on the first node; the port is derived from the job id so every task knows it
+without talking), then ``srun`` with one task per device running ``parascale train``. Every value
+that comes from the user is quoted with :func:`shlex.quote`; set-up lines are the user's own
+shell by design, but one line each: a newline or NUL in one is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from parascale import __version__
+from parascale.config import TrainConfig
+from parascale.errors import UsageError
+
+# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1))
+_TIME_RE = re.compile(r"\A(?:\d+(?::\d{1,2}){0,2}|\d+-\d+(?::\d{1,2}){0,2})\Z")
+# partition and account names: what Slurm accepts in practice, nothing a shell would read
+_NAME_RE = re.compile(r"\A[A-Za-z0-9_.+-]{1,64}\Z")
+
+
+@dataclass
+class SlurmOptions:
+    """Where and how long a job runs, and the lines that prepare its environment."""
+
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    cpus_per_task: int = 1
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    setup: list[str] = field(default_factory=list)
+    python: str = sys.executable
+
+
+def add_options(parser: argparse.ArgumentParser, dry_run: bool = True) -> None:
+    """The Slurm options; ``dry_run=False`` where the parser has its own --dry-run."""
+    group = parser.add_argument_group("slurm")
+    group.add_argument("--nodes", type=int, default=1, metavar="N",
+                       help="nodes per job (default: 1)")
+    group.add_argument("--gpus-per-node", type=int, metavar="G",
+                       help="GPUs per node; one task per GPU (default: none, CPU tasks)")
+    group.add_argument("--cpus-per-task", type=int, default=1, metavar="C",
+                       help="CPU cores per task, also its torch threads (default: 1)")
+    group.add_argument("--time", metavar="LIMIT",
+                       help="time limit per job in Slurm's format: M, M:S, H:M:S, D-H, D-H:M "
+                       "or D-H:M:S (default: the partition's)")
+    group.add_argument("--partition", metavar="NAME", help="partition (default: the cluster's)")
+    group.add_argument("--account", metavar="NAME", help="account to charge")
+    group.add_argument("--setup", action="append", default=[], metavar="LINE",
+                       help="a shell line run before training, e.g. 'module load cuda' or "
+                       "'source venv/bin/activate' (repeatable, in order)")
+    group.add_argument("--python", default=sys.executable, metavar="PATH",
+                       help="the Python the job runs parascale with (default: this one, "
+                       f"{sys.executable}); 'python3' after a --setup that activates a venv")
+    if dry_run:
+        how = group.add_mutually_exclusive_group(required=True)
+        how.add_argument("--dry-run", action="store_true",
+                         help="print the job script and submit nothing")
+        how.add_argument("--submit", action="store_true", help="submit it with sbatch")
+    else:
+        group.add_argument("--submit", action="store_true",
+                           help="write the job scripts into STUDY/slurm/ and submit them with "
+                           "sbatch (instead of --dry-run)")
+    group.add_argument("--wait", action="store_true",
+                       help="with --submit: wait until the job(s) end, then say how they ended")
+
+
+def options_from_args(args: argparse.Namespace) -> SlurmOptions:
+    """The Slurm options, checked: one UsageError naming the first bad one."""
+    opts = SlurmOptions(args.nodes, args.gpus_per_node, args.cpus_per_task, args.time,
+                        args.partition, args.account, list(args.setup), args.python)
+    if opts.nodes < 1:
+        raise UsageError(f"--nodes must be 1 or more, got {opts.nodes}")
+    if opts.gpus_per_node is not None and opts.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node must be 1 or more, got {opts.gpus_per_node}")
+    if opts.cpus_per_task < 1:
+        raise UsageError(f"--cpus-per-task must be 1 or more, got {opts.cpus_per_task}")
+    if opts.time is not None and not _TIME_RE.match(opts.time):
+        raise UsageError(f"--time {opts.time!r} is not a Slurm time limit; use minutes (30), "
+                         "M:S, H:M:S (1:30:00), D-H, D-H:M or D-H:M:S (2-12:00:00)")
+    for option, name in (("--partition", opts.partition), ("--account", opts.account)):
+        if name is not None and not _NAME_RE.match(name):
+            raise UsageError(f"{option} {name!r}: expected a name of letters, digits, '_', '.', "
+                             "'+' or '-'")
+    for line in opts.setup:
+        if "\n" in line or "\r" in line or "\0" in line:
+            raise UsageError(f"--setup {line!r}: one shell line per --setup, without newline "
+                             "or NUL characters (repeat --setup for more lines)")
+    if not opts.python.strip() or any(c in opts.python for c in "\n\r\0"):
+        raise UsageError(f"--python {opts.python!r}: expected a path or command name")
+    if getattr(args, "wait", False) and not getattr(args, "submit", False):
+        raise UsageError("--wait waits for submitted jobs: use it with --submit")
+    return opts
+
+
+def layout(workers: int | None, opts: SlurmOptions) -> tuple[int, int]:
+    """(nodes, tasks per node) for a run of ``workers`` tasks: one task per GPU with
+    --gpus-per-node, else the workers spread evenly over at most --nodes nodes."""
+    if opts.gpus_per_node:
+        per_node = opts.gpus_per_node
+        nodes = math.ceil(workers / per_node) if workers else opts.nodes
+        if workers and workers != nodes * per_node:
+            raise UsageError(f"{workers} workers do not fill whole nodes of {per_node} GPUs "
+                             f"(one task per GPU); use a multiple of {per_node}")
+        if nodes > opts.nodes:
+            raise UsageError(f"{workers} workers need {nodes} nodes of {per_node} GPUs, but "
+                             f"--nodes is {opts.nodes}")
+        return nodes, per_node
+    workers = workers or opts.nodes
+    nodes = min(opts.nodes, workers)
+    if workers % nodes:
+        raise UsageError(f"{workers} workers cannot be spread evenly over {nodes} nodes; give "
+                         f"a multiple of {nodes} workers or fewer --nodes")
+    return nodes, workers // nodes
+
+
+def train_flags(train: dict[str, Any]) -> list[str]:
+    """``parascale train`` options that give the TrainConfig fields in ``train`` (the inverse
+    of :func:`parascale.cli.options.config_from_args`); ``out`` is left to the caller."""
+    flags: list[str] = []
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "out" or f.name not in train or train[f.name] is None:
+            continue
+        name, value = "--" + f.name.replace("_", "-"), train[f.name]
+        if f.name == "sync_options":
+            for key, item in dict(value).items():
+                flags += ["--sync-option", f"{key}={_text(item)}"]
+        elif isinstance(value, bool):
+            flags.append(name if value else "--no-" + name[2:])
+        elif isinstance(value, (list, tuple)):
+            flags += [name, ",".join(map(str, value))]
+        else:
+            flags += [name, _text(value)]
+    return flags
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+@dataclass
+class Script:
+    """One job script: what it is for, the command it trains with, where its output goes."""
+
+    name: str  # --job-name
+    what: str  # one comment line saying what the job does
+    train: list[str]  # the parascale train options, --out included
+    output: str  # --output file pattern (%j: the job id)
+    nodes: int = 1
+    tasks_per_node: int = 1
+    before: list[str] = field(default_factory=list)  # lines of ours before srun
+    after: list[str] = field(default_factory=list)  # lines of ours after srun (code=$? set)
+
+
+def render(script: Script, opts: SlurmOptions) -> str:
+    """The job script's text (bash)."""
+    q = shlex.quote
+    sbatch = [f"--job-name={script.name}", f"--nodes={script.nodes}",
+              f"--ntasks-per-node={script.tasks_per_node}",
+              f"--cpus-per-task={opts.cpus_per_task}", f"--output={script.output}"]
+    if opts.gpus_per_node:
+        sbatch.append(f"--gpus-per-node={opts.gpus_per_node}")
+    if opts.time:
+        sbatch.append(f"--time={opts.time}")
+    if opts.partition:
+        sbatch.append(f"--partition={opts.partition}")
+    if opts.account:
+        sbatch.append(f"--account={opts.account}")
+    lines = ["#!/bin/bash",
+             f"# {' '.join(script.what.split())}",  # one comment line, whatever paths hold
+             f"# written by parascale {__version__}; submit it again with: sbatch FILE"]
+    lines += [f"#SBATCH {q(line)}" for line in sbatch]
+    lines += ["#SBATCH --open-mode=append", "",
+              "# not -e: a failed run must still be filed with its reason", "set -uo pipefail",
+              ""]
+    if opts.setup:
+        lines += ["# set-up (--setup)", *opts.setup, ""]
+    lines += ["# rendezvous: rank 0 hosts the store on the first node; the port comes from the",
+              "# job id (15000 + id % 15000), so every task knows it without talking"]
+    if script.nodes == 1:  # one node: nothing needs to listen beyond loopback
+        lines += ["export MASTER_ADDR=127.0.0.1 GLOO_SOCKET_IFNAME=lo"]
+    else:
+        lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                  "export MASTER_ADDR"]
+    lines += ["export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))",
+              f"export OMP_NUM_THREADS={opts.cpus_per_task}", ""]
+    lines += script.before
+    # srun does not take --cpus-per-task from sbatch since Slurm 22.05: say it again
+    command = ["srun", "--kill-on-bad-exit=1", f"--cpus-per-task={opts.cpus_per_task}",
+               opts.python, "-m", "parascale", "train", *script.train]
+    lines += [f"# {script.nodes * script.tasks_per_node} task(s): one per "
+              f"{'GPU' if opts.gpus_per_node else 'worker'}, each a rank of one world",
+              _wrap(" ".join(q(part) for part in command)), "code=$?"]
+    lines += script.after
+    lines += ["exit $code", ""]
+    return "\n".join(lines)
+
+
+def _wrap(command: str, width: int = 96) -> str:
+    """A long command broken before its options, with backslashes, so it reads."""
+    parts, line, out = shlex.split(command), "", []
+    for part in parts:
+        token = shlex.quote(part)
+        if line and part.startswith("--") and len(line) + len(token) > width:
+            out.append(line + " \\")
+            line = "    " + token
+        else:
+            line = f"{line} {token}" if line else token
+    out.append(line)
+    return "\n".join(out)
