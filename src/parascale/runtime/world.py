@@ -7,7 +7,10 @@ Three ways in, one result:
 - ``torchrun``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` are set.
 - ``slurm``: started by ``srun`` without torchrun: ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
   map to rank, size and local rank; ``MASTER_ADDR``/``MASTER_PORT`` must be exported by the job
-  script.
+  script (``parascale slurm`` renders one, see :mod:`parascale.cluster.script`). The task count
+  is checked against nodes x tasks per node (and the GPUs a node shows) before anyone joins, and
+  rank 0 hosts the store itself on MASTER_ADDR alone (torch's env:// server would listen on
+  every interface).
 
 The device is chosen *before* the process group starts (NCCL binds a communicator to the current
 device), from ``LOCAL_RANK`` or from the GPU list of a local launch: never a hard-coded ``cuda:0``.
@@ -117,6 +120,57 @@ def _positions() -> tuple[int, int, int, str]:
     return 0, 1, 0, "local"
 
 
+def check_tasks(env: dict[str, str] | os._Environ, device_type: str, visible_gpus: int) -> None:
+    """Refuse an srun world whose task count is not nodes x tasks per node, or whose node runs
+    more tasks than it shows GPUs: either would leave ranks waiting for peers that never come
+    (or two ranks on one GPU), a classic cause of hung Slurm jobs. Read from the environment
+    srun gives every task; a variable Slurm did not set is not checked."""
+    tasks = int(env.get("SLURM_NTASKS", "1"))
+    nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    per_node = env.get("SLURM_NTASKS_PER_NODE")
+    if per_node and per_node.isdigit() and tasks != nodes * int(per_node):
+        raise UsageError(f"srun started {tasks} tasks, but the job has {nodes} node(s) x "
+                         f"{per_node} tasks per node = {nodes * int(per_node)}; give srun "
+                         "--ntasks equal to --nodes x --ntasks-per-node")
+    here = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE", ""))
+    node = int(env.get("SLURM_NODEID", "0"))
+    local = _tasks_on_node(here, node)
+    if device_type == "cuda" and local is not None and local > visible_gpus:
+        raise UsageError(f"srun runs {local} tasks on node {env.get('SLURMD_NODENAME', node)}, "
+                         f"which shows {visible_gpus} GPU(s): one task per GPU, so ask for "
+                         f"--ntasks-per-node {visible_gpus} or --gpus-per-node {local}")
+
+
+def _tasks_on_node(spec: str, node: int) -> int | None:
+    """The task count of node ``node`` in Slurm's compressed list, e.g. '2(x3),1'."""
+    counts: list[int] = []
+    for part in filter(None, spec.split(",")):
+        count, _, times = part.partition("(x")
+        if not count.isdigit():
+            return None
+        counts += [int(count)] * (int(times.rstrip(")")) if times else 1)
+    return counts[node] if node < len(counts) else None
+
+
+def slurm_port(job_id: int) -> int:
+    """The rendezvous port of Slurm job ``job_id``: every task derives it alone (they cannot
+    agree by talking before the store exists). 15000-29999 is below Linux's ephemeral range
+    (32768-), so no outgoing connection holds it; two jobs on one node collide only when their
+    ids differ by a multiple of 15000. The job script exports it as MASTER_PORT."""
+    return 15000 + job_id % 15000
+
+
+def _slurm_store(rank: int, size: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """Rank 0 hosts the store on MASTER_ADDR alone (loopback in a one-node job); the others
+    connect to it as clients."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if rank == 0:
+        from parascale.runtime.local import open_store  # local imports this module
+
+        return open_store(port, host=host, timeout_s=timeout.total_seconds())
+    return dist.TCPStore(host, port, world_size=size, is_master=False, timeout=timeout)
+
+
 def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
          timeout_s: float) -> World:
     """Set the device, then start the process group with an explicit timeout.
@@ -125,6 +179,9 @@ def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
     worker died; ``timeout_s`` bounds every collective instead.
     """
     rank, size, local_rank, launcher = _positions()
+    if launcher == "slurm":
+        check_tasks(os.environ, device_type,
+                    torch.cuda.device_count() if device_type == "cuda" else 0)
     if launcher != "local" and threading.current_thread() is threading.main_thread():
         # torchrun and srun stop their ranks with SIGTERM, maybe inside a collective, where the
         # command line's handler (parascale.interrupts) would never run: die at once, as before
@@ -141,10 +198,11 @@ def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
                               timeout=timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=size,
                                 timeout=timeout)
+    elif launcher == "slurm":
+        dist.init_process_group(backend, store=_slurm_store(rank, size, timeout), rank=rank,
+                                world_size=size, timeout=timeout,
+                                device_id=device if backend == "nccl" else None)
     else:
-        if launcher == "slurm":  # env:// reads RANK and WORLD_SIZE
-            os.environ.setdefault("RANK", str(rank))
-            os.environ.setdefault("WORLD_SIZE", str(size))
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
                                 timeout=timeout, device_id=device if backend == "nccl" else None)
     return World(rank, size, local_rank, device, backend, launcher)
