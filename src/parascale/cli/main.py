@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "comm": "parascale.cli.comm_cmd",
     "find-batch": "parascale.cli.find_batch_cmd",
     "hpo": "parascale.cli.hpo_cmd",
+    "slurm": "parascale.cli.slurm_cmd",
 }
 LAUNCHING = {"train", "bench", "demo", "comm", "find-batch", "hpo"}  # the subcommands that start workers
 
