@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "find-batch": "parascale.cli.find_batch_cmd",
     "hpo": "parascale.cli.hpo_cmd",
     "slurm": "parascale.cli.slurm_cmd",
+    "predict": "parascale.cli.predict_cmd",
 }
 LAUNCHING = {"train", "bench", "demo", "comm", "find-batch", "hpo"}  # the subcommands that start workers
 

@@ -1,0 +1,125 @@
+"""``parascale predict``: predicted scaling from run records and an interconnect (no workers)."""
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = """\
+Predict how a data-parallel run scales to N = 1 ... thousands of devices, from run records you
+already have (a study folder, a train --out folder or a record.json) and an interconnect: its
+latency and bandwidth fitted to a 'parascale comm' record (--comm), or a named preset
+(--interconnect nvlink|pcie|ib100|25gbe|loopback, each with its source).
+
+Per N, under weak (per-device batch fixed) and strong (global batch fixed) scaling: the step
+time split into compute and exposed communication, throughput, speedup and efficiency. The
+inputs are printed first, each marked measured, fitted, counted, given or assumed; where the
+study measured a worker count, its efficiency is shown beside the prediction. Formulas and
+assumptions: docs/predict.md. Starts no process.
+"""
+
+EXAMPLES = """\
+examples:
+  parascale predict studies/s1 --comm runs/comm-2
+  parascale predict runs/one/record.json --interconnect ib100 --workers 1,8,64,512
+  parascale predict studies/s1 --interconnect ib100 --gpus-per-node 8 --intra-node nvlink
+  parascale predict studies/s1 --comm runs/comm-2 --sync parameter-server --ps-servers 4
+  parascale predict studies/s1 --interconnect 25gbe --noise-scale 2000 --out pred/
+"""
+
+
+def _workers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated worker counts such as "
+                                         f"1,2,4,8, got {text!r}")
+
+
+def _count(option: str):
+    def parse(text: str) -> float:
+        from parascale.errors import UsageError
+        from parascale.predict.gradient import parse_count
+
+        try:
+            return parse_count(text, option)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option}: "))
+    return parse
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "predict", help="predict scaling to N devices from run records and an interconnect",
+        description=DESCRIPTION, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sources", nargs="+", metavar="STUDY_OR_RECORD",
+                        help="study folder, train --out folder, or record.json")
+    link = parser.add_argument_group("interconnect")
+    link.add_argument("--comm", metavar="RECORD",
+                      help="a 'parascale comm' record (comm.json or its folder): α, β fitted")
+    link.add_argument("--interconnect", metavar="PRESET",
+                      help="a named link: nvlink, pcie, ib100, 25gbe, loopback (assumed figures, "
+                           "source printed)")
+    link.add_argument("--gpus-per-node", type=int, metavar="G",
+                      help="hierarchical: rings inside nodes of G devices and across nodes; "
+                           "--interconnect is then the link between nodes")
+    link.add_argument("--intra-node", metavar="PRESET",
+                      help="with --gpus-per-node: the link inside a node (default nvlink; "
+                           "or --comm measured on one node)")
+    what = parser.add_argument_group("what to predict")
+    what.add_argument("--sync", metavar="S",
+                      help="allreduce, tree, reduce-broadcast, parameter-server, local-sgd, sma "
+                           "(default: the records' own)")
+    what.add_argument("--ps-servers", type=int, default=1, metavar="K",
+                      help="parameter servers (default: the records', else 1)")
+    what.add_argument("--period", type=int, default=1, metavar="H",
+                      help="local-sgd / sma: steps between averages (default: the records', "
+                           "else 1)")
+    what.add_argument("--workers", type=_workers, metavar="1,2,4,...",
+                      help="worker counts (default: powers of two 1 to 4096)")
+    what.add_argument("--scaling", choices=("weak", "strong"),
+                      help="one mode only (default: the study's modes, else both)")
+    what.add_argument("--batch-size", type=int, metavar="B",
+                      help="per-device batch for weak scaling (default: the records')")
+    what.add_argument("--global-batch", type=int, metavar="B",
+                      help="global batch for strong scaling (default: the study's strong "
+                           "runs', else the per-device batch)")
+    what.add_argument("--model", metavar="NAME",
+                      help="the model to predict when the records hold several")
+    given = parser.add_argument_group("figures given by hand (reported as given or assumed)")
+    given.add_argument("--params", type=_count("--params"), metavar="N",
+                       help="parameter count, e.g. 25.6M (gradients of 4 bytes each)")
+    given.add_argument("--gradient-bytes", type=_count("--gradient-bytes"), metavar="S",
+                       help="bytes a step exchanges, e.g. 102.4M")
+    given.add_argument("--overlap", type=float, metavar="F",
+                       help="share of compute that communication can hide behind (0-1; "
+                            "default: measured, else 2/3)")
+    given.add_argument("--noise-scale", type=float, metavar="B",
+                       help="gradient noise scale in samples (assumed): adds steps and "
+                            "time-to-accuracy speedup (McCandlish et al. 2018)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write prediction.json, prediction.csv and prediction.png here")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from parascale import predict
+    from parascale.files import check_writable_folder
+    from parascale.predict.table import format_prediction
+
+    opts = predict.Options(
+        sources=args.sources, comm=args.comm, interconnect=args.interconnect, sync=args.sync,
+        ps_servers=args.ps_servers, period=args.period,
+        workers=args.workers if args.workers is not None else predict.DEFAULT_WORKERS,
+        scaling=args.scaling, batch_size=args.batch_size, global_batch=args.global_batch,
+        gpus_per_node=args.gpus_per_node, intra_node=args.intra_node, params=args.params,
+        gradient_bytes=args.gradient_bytes, overlap=args.overlap, noise_scale=args.noise_scale,
+        model=args.model)
+    if args.out:
+        check_writable_folder(args.out)
+    prediction = predict.predict(opts)
+    print(format_prediction(prediction))
+    if args.out:
+        paths = predict.write(prediction, args.out)
+        print("wrote: " + ", ".join(str(p) for p in paths))
+    return 0

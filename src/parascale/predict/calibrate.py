@@ -1,0 +1,223 @@
+"""From run records to a :class:`~parascale.predict.model.Model`, saying how each figure is known.
+
+- Work per step: the reference records are the ok, non-baseline records at the smallest worker
+  count present (one worker when there is one: on more, overlapped communication and processes
+  sharing a machine slow compute, which the model would then count twice). Per record, from its
+  steady per-step phase means (every rank, warm-up excluded): compute = data + compute phases
+  (the per-sample work), other = step − compute − sync (the optimizer step and the rest). Means, not medians: a step is a sum of its phases,
+  and means add up, medians do not.
+- compute(b): with records at two or more per-device batches, a least-squares line
+  ``fixed + per_sample·b`` (fitted); with one batch, proportional to b through it (assumed
+  linear: small batches underuse a device, so strong scaling's shrinking batches are
+  predicted a little optimistically).
+- Overlap φ (strategies that overlap, DDP): measured where a record of the same strategy on 2+
+  workers exists *and* the link was fitted to a comm record of the same machine (the record's
+  exposed sync against the modelled exchange on that link); otherwise assumed: on GPUs 2/3,
+  backward's usual share of forward + backward (backward costs about twice the forward); on
+  CPUs 0, since gloo's threads run the exchange on the very cores that compute, so overlapped
+  communication slows backward instead of hiding (docs/strategies.md). Or given by hand.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import median
+
+from parascale.errors import UsageError
+from parascale.predict import costs, gradient
+from parascale.predict.interconnect import Link
+from parascale.predict.model import Input, Model, Work, overlap_from
+from parascale.report.load import RunRecord
+
+ASSUMED_OVERLAP = 2 / 3
+DDP_FIRST_BUCKET = 1 << 20  # DDP's first bucket is 1 MiB whatever --bucket-mb says
+
+
+@dataclass(frozen=True)
+class Phases:
+    """A record's steady per-step figures (seconds, means over every rank's steady steps)."""
+
+    record: RunRecord
+    batch: int
+    compute_s: float  # data + forward + backward
+    sync_s: float
+    other_s: float  # optimizer and the rest of the step
+
+
+def phases(record: RunRecord) -> Phases:
+    """The steady phase means of a record, or one line saying what is missing."""
+    got = {name: record.get("steps", "phases", name, "mean")
+           for name in ("step", "data", "compute", "sync", "optimizer")}
+    missing = [name for name in ("step", "compute") if not _number(got[name])]
+    batch = record.get("derived", "per_device_batch")
+    if missing or not isinstance(batch, int) or batch < 1:
+        what = ", ".join(f"steps.phases.{m}.mean" for m in missing) or "derived.per_device_batch"
+        raise UsageError(f"{record.path}: the record has no steady step times ({what} missing); "
+                         "predict needs a finished run of this parascale (status ok, at least "
+                         "one steady step)")
+    data, sync = _or0(got["data"]), _or0(got["sync"])
+    compute = got["compute"] + data
+    other = max(0.0, got["step"] - compute - sync)
+    return Phases(record, batch, compute, sync, other)
+
+
+def usable(records: list[RunRecord]) -> list[RunRecord]:
+    return [r for r in records if r.status == "ok" and not r.baseline and r.workers]
+
+
+def reference(records: list[RunRecord]) -> list[Phases]:
+    """The phases of the records at the smallest worker count."""
+    smallest = min(r.workers for r in records)
+    return [phases(r) for r in records if r.workers == smallest]
+
+
+def fit_work(refs: list[Phases]) -> tuple[Work, Input]:
+    """compute(b) from the reference records: a line over 2+ batches, else proportional."""
+    by_batch: dict[int, list[Phases]] = {}
+    for p in refs:
+        by_batch.setdefault(p.batch, []).append(p)
+    points = sorted((b, median(p.compute_s for p in ps)) for b, ps in by_batch.items())
+    other = median(p.other_s for p in refs)
+    n = refs[0].record.workers
+    where = f"{len(refs)} record(s) at {n} worker(s)"
+    if len(points) >= 2:
+        xs, ys = [b for b, _ in points], [t for _, t in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / \
+            sum((x - mx) ** 2 for x in xs)
+        fixed = my - slope * mx
+        if slope > 0 and fixed >= 0:
+            text = ", ".join(f"b={b}: {t * 1e3:.3g} ms" for b, t in points)
+            return Work(slope, fixed, other), Input(
+                "compute(b)", f"{fixed * 1e3:.4g} ms + {slope * 1e6:.4g} us x b", "", "fitted",
+                f"least squares over {len(points)} per-device batches ({text}); {where}")
+    b, t = points[-1]
+    return Work(t / b, 0.0, other), Input(
+        "compute(b)", f"{t * 1e3:.4g} ms at b={b}", "", "measured",
+        f"data + forward + backward, mean of steady steps, {where}; other batches: assumed "
+        "proportional to b")
+
+
+def gradient_size(records: list[RunRecord], given: tuple[float, str] | None) -> Input:
+    if given is not None:
+        return Input("gradient S", given[0], "bytes", "given", given[1])
+    for record in sorted(records, key=lambda r: -(r.workers or 0)):
+        found = gradient.from_record(record)
+        if found:
+            return Input("gradient S", found[0], "bytes", "measured", found[1])
+    for record in records:
+        found = gradient.counted(record)
+        if found:
+            return Input("gradient S", found[0], "bytes", "counted", found[1])
+    raise UsageError(f"the records do not say how many bytes a step exchanges (model "
+                     f"{records[0].model!r} on {records[0].dataset!r} cannot be counted here, and "
+                     "no record has 2+ workers of allreduce, reduce-broadcast or parameter-server); "
+                     "give --params N (e.g. 25.6M) or --gradient-bytes S")
+
+
+def bucket_count(records: list[RunRecord], size: float) -> int:
+    """DDP's buckets for S bytes with the records' --bucket-mb (default 25)."""
+    mb = records[0].get("derived", "sync_options", "bucket_mb", default=25.0)
+    return buckets_for(size, float(mb) if _number(mb) and mb > 0 else 25.0)
+
+
+def buckets_for(size: float, bucket_mb: float = 25.0) -> int:
+    """DDP's buckets for S bytes: the 1 MiB first one, then ``bucket_mb`` MiB each."""
+    if size <= DDP_FIRST_BUCKET:
+        return 1
+    return 1 + math.ceil((size - DDP_FIRST_BUCKET) / (bucket_mb * (1 << 20)))
+
+
+def overlap(records: list[RunRecord], model: Model, given: float | None) -> Input:
+    """φ: given, measured (same strategy on 2+ workers, link fitted to this machine), or assumed."""
+    if not model.strategy.overlaps:
+        return Input("overlap φ", 0.0, "", "assumed",
+                     f"{model.strategy.name} exchanges after backward: nothing hides")
+    if given is not None:
+        return Input("overlap φ", given, "of compute", "given", "--overlap")
+    if model.link.how == "measured":
+        measured = [r for r in records if r.sync == model.strategy.name and r.workers > 1]
+        if measured:
+            picks = []
+            for r in measured:
+                p = phases(r)
+                picks.append((overlap_from(p.sync_s, model.comm(r.workers), p.compute_s), p))
+            phi = median(x for x, _ in picks)
+            ns = sorted({p.record.workers for _, p in picks})
+            sync_ms = ", ".join(f"{p.sync_s * 1e3:.3g}" for _, p in picks)
+            return Input("overlap φ", phi, "of compute", "measured",
+                         f"exposed sync {sync_ms} ms vs the modelled exchange "
+                         f"{model.comm(picks[0][1].record.workers) * 1e3:.3g} ms on the fitted "
+                         f"link, {len(picks)} record(s) at N={','.join(map(str, ns))}")
+    devices = {str(r.get("environment", "device_type", default="cuda")) for r in records}
+    if devices == {"cpu"}:
+        return Input("overlap φ", 0.0, "of compute", "assumed",
+                     "the records ran on CPUs, where gloo's threads exchange on the cores that "
+                     "compute: overlapped communication slows backward rather than hiding")
+    return Input("overlap φ", ASSUMED_OVERLAP, "of compute", "assumed",
+                 "backward's share of forward + backward (backward ~2x forward); DDP overlaps "
+                 "bucket allreduces with it")
+
+
+def noise_scale(records: list[RunRecord], given: float | None) -> Input | None:
+    """B_noise: given by hand (assumed), or the last steady epoch's ``noise_scale`` where
+    training records it (median over the reference records)."""
+    if given is not None:
+        return Input("noise scale B_noise", given, "samples", "assumed", "--noise-scale, by hand")
+    found = []
+    for record in records:
+        epochs = [e for e in record.get("epochs", default=[]) if isinstance(e, dict)
+                  and _number(e.get("noise_scale")) and e["noise_scale"] > 0]
+        if epochs:
+            found.append(float(epochs[-1]["noise_scale"]))
+    if not found:
+        return None
+    return Input("noise scale B_noise", median(found), "samples", "measured",
+                 f"epochs[-1].noise_scale of {len(found)} record(s)")
+
+
+def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
+          intra: Link | None = None, per_node: int | None = None,
+          given_bytes: tuple[float, str] | None = None, given_overlap: float | None = None,
+          given_noise: float | None = None) -> Model:
+    """The calibrated model, with the list of its inputs and how each is known."""
+    refs = reference(records)
+    work, work_input = fit_work(refs)
+    size = gradient_size(records, given_bytes)
+    buckets = bucket_count(records, size.value) if strategy.overlaps else 1
+    model = Model(work, size.value, strategy, link, 0.0, buckets, intra, per_node)
+    phi = overlap(records, model, given_overlap)
+    model.overlap = phi.value
+    other = Input("other(b)", f"{work.other_s * 1e3:.4g} ms", "", "measured",
+                  "optimizer step and the rest of the step, mean; taken as independent of b")
+    links = [Input("link" if intra is None else "inter-node link", link.figures(), "",
+                   link.how, link.source)]
+    if intra is not None:
+        links.append(Input("intra-node link", intra.figures(), "", intra.how,
+                           f"{per_node} devices per node; {intra.source}"))
+    if model.correction != 1.0:
+        links.append(Input("size correction", model.correction, "x", "measured",
+                           f"measured / fitted allreduce time at {size.value / buckets:.4g} "
+                           f"bytes on {link.fit['world_size']} workers (the line's miss at this "
+                           "size, carried to every N)"))
+    model.inputs = [work_input, other, size,
+                    Input("strategy", strategy.describe(), "", "given",
+                          f"{len(set(r.sync for r in records))} strategy in the records: "
+                          f"{', '.join(sorted(set(r.sync for r in records)))}"),
+                    Input("messages per exchange", buckets, "", "counted",
+                          "DDP's buckets: 1 MiB first, then the record's bucket_mb" if
+                          strategy.overlaps else "one exchange"),
+                    *links, phi]
+    noise = noise_scale(records, given_noise)
+    if noise is not None:
+        model.noise_scale = noise.value
+        model.inputs.append(noise)
+    return model
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _or0(value) -> float:
+    return float(value) if _number(value) else 0.0

@@ -1,0 +1,134 @@
+"""Time of one step's exchange, per strategy, in the α-β model (REFERENCE.md section 7).
+
+S is the gradient (or parameter) bytes that enter the exchange, n the workers, α the latency
+per message and β seconds per byte of the link. Each function returns seconds for *one
+exchange*; a strategy that exchanges every H steps is amortised by :func:`per_step`.
+
+- ring allreduce: ``2(n−1)α + 2((n−1)/n)·S·β`` (reduce-scatter then all-gather; Thakur,
+  Rabenseifner and Gropp 2005). DDP sends S in buckets, each its own allreduce, so the latency
+  term is paid once per bucket.
+- tree (reduce then broadcast along a binary tree): ``2·⌈log2 n⌉·(α + S·β)``.
+- reduce-broadcast through one root (Dive into Deep Learning): the root receives n−1 gradients
+  and sends n−1 means, one after another: ``2(n−1)·(α + S·β)``.
+- parameter server with k servers (BytePS, Jiang et al. 2020): a push, then a pull, each bounded
+  by the busier end, a worker (S) or a server (n·S/k): ``2·(α + max(S, n·S/k)·β)``.
+- hierarchical ring on nodes of G devices: reduce-scatter inside each node (intra link), ring
+  allreduce of S/G across the m nodes (inter link), all-gather inside the node:
+  ``2(G−1)α_i + 2((G−1)/G)·S·β_i + 2(m−1)α_e + 2((m−1)/m)·(S/G)·β_e``. One node is the flat ring
+  on the intra link; one device per node the flat ring on the inter link.
+
+With n = 1 every exchange costs 0: one device training alone has nothing to exchange, which is
+the reference every speedup is measured against.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from parascale.predict.interconnect import Link
+
+
+def ring(n: int, size: float, link: Link, messages: int = 1) -> float:
+    if n <= 1:
+        return 0.0
+    return messages * 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * size * link.beta_s_per_byte
+
+
+def tree(n: int, size: float, link: Link, messages: int = 1) -> float:
+    if n <= 1:
+        return 0.0
+    depth = math.ceil(math.log2(n))
+    return 2 * depth * (messages * link.alpha_s + size * link.beta_s_per_byte)
+
+
+def reduce_broadcast(n: int, size: float, link: Link) -> float:
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * (link.alpha_s + size * link.beta_s_per_byte)
+
+
+def parameter_server(n: int, size: float, link: Link, servers: int = 1) -> float:
+    if n <= 1:
+        return 0.0
+    busiest = max(size, n * size / servers)
+    return 2 * (link.alpha_s + busiest * link.beta_s_per_byte)
+
+
+def hierarchical_ring(n: int, size: float, intra: Link, inter: Link, per_node: int,
+                      messages: int = 1) -> float:
+    """Ring inside each node, ring across nodes on S/G; ``per_node`` = G devices per node."""
+    if n <= 1:
+        return 0.0
+    g = min(n, per_node)
+    nodes = math.ceil(n / g)
+    inside = ring(g, size, intra, messages)  # reduce-scatter + all-gather: the same terms
+    across = ring(nodes, size / g, inter, messages)
+    return inside + across
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """What the model needs to know of a ``--sync`` strategy."""
+
+    name: str
+    overlaps: bool
+    """Communication can hide behind backward (DDP's buckets); else it follows backward."""
+    every: int = 1
+    """Steps per exchange (local SGD's and SMA's period); the cost is divided by it."""
+    servers: int = 1
+    """Parameter servers (parameter-server only)."""
+    algorithm: str = "ring"
+    """ring | tree | reduce-broadcast | parameter-server."""
+
+    def describe(self) -> str:
+        text = {"ring": "ring allreduce", "tree": "tree reduce + broadcast",
+                "reduce-broadcast": "reduce to one root + broadcast",
+                "parameter-server": f"parameter server, {self.servers} server(s)"}[self.algorithm]
+        if self.every > 1:
+            text += f", once every {self.every} steps"
+        text += ", overlapped with backward" if self.overlaps else ", after backward"
+        return f"{self.name} ({text})"
+
+
+# parascale's --sync names, plus "tree" (DDP-like overlap with a tree instead of a ring, as
+# NCCL chooses for small messages on many nodes).
+SYNCS = ("allreduce", "tree", "reduce-broadcast", "parameter-server", "local-sgd", "sma")
+
+
+def strategy(name: str, servers: int = 1, period: int = 1) -> Strategy:
+    if name == "allreduce":
+        return Strategy(name, overlaps=True)
+    if name == "tree":
+        return Strategy(name, overlaps=True, algorithm="tree")
+    if name == "reduce-broadcast":
+        return Strategy(name, overlaps=False, algorithm="reduce-broadcast")
+    if name == "parameter-server":
+        return Strategy(name, overlaps=False, servers=servers, algorithm="parameter-server")
+    if name in ("local-sgd", "sma"):
+        return Strategy(name, overlaps=False, every=period)
+    raise ValueError(name)
+
+
+def exchange_time(s: Strategy, n: int, size: float, link: Link, *, buckets: int = 1,
+                  intra: Link | None = None, per_node: int | None = None) -> float:
+    """Seconds of one exchange of ``size`` bytes on n workers (not yet amortised).
+
+    With ``per_node`` and ``intra``: rings are hierarchical; the other algorithms run at the
+    speed of the slowest link they cross (the inter-node one once n exceeds a node)."""
+    hierarchical = per_node is not None and intra is not None
+    if s.algorithm == "ring":
+        if hierarchical:
+            return hierarchical_ring(n, size, intra, link, per_node, buckets)
+        return ring(n, size, link, buckets)
+    if hierarchical and n <= per_node:
+        link = intra
+    if s.algorithm == "tree":
+        return tree(n, size, link, buckets)
+    if s.algorithm == "reduce-broadcast":
+        return reduce_broadcast(n, size, link)
+    return parameter_server(n, size, link, s.servers)
+
+
+def per_step(s: Strategy, n: int, size: float, link: Link, **kwargs) -> float:
+    """Exchange time per optimizer step: one exchange amortised over the strategy's period."""
+    return exchange_time(s, n, size, link, **kwargs) / s.every

@@ -1,0 +1,96 @@
+"""How many bytes one step exchanges: S, the gradient that enters the strategy's exchange.
+
+In order of preference:
+
+1. given by hand (``--params`` or ``--gradient-bytes``);
+2. read from a record with 2 or more workers: ``derived.bytes_per_step`` is what rank 0 sent by
+   the strategy's own count (docs/strategies.md), which inverts to S for allreduce
+   (2(n−1)/n·S), reduce-broadcast ((n−1)·S) and the parameter server (S), compression included;
+3. counted: the model is built (without weights, as training builds it) for the record's data
+   set shape and its parameters counted, 4 bytes each (fp32 gradients), halved for fp16/bf16
+   compression. A one-worker allreduce record sends nothing, so this is how a single-device run
+   still predicts.
+"""
+from __future__ import annotations
+
+
+from parascale.errors import UsageError
+from parascale.report.load import RunRecord
+
+# (channels, height, width) and classes of the built-in data sets, as their loaders build them
+_SHAPES = {"digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10),
+           "fashion-mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
+
+
+def from_record(record: RunRecord) -> tuple[float, str] | None:
+    """S and how it was read, from a record of 2+ workers whose strategy counts its bytes."""
+    n = record.workers or 0
+    sent = record.get("derived", "bytes_per_step")
+    if n < 2 or not isinstance(sent, (int, float)) or isinstance(sent, bool) or sent <= 0:
+        return None
+    sync = record.sync
+    if sync == "allreduce":
+        size = sent * n / (2 * (n - 1))
+    elif sync == "reduce-broadcast":
+        size = sent / (n - 1)
+    elif sync == "parameter-server":
+        size = float(sent)
+    else:
+        return None
+    return size, (f"derived.bytes_per_step {sent} of a {n}-worker {sync} record "
+                  f"({record.path}), inverted to the bytes entering the exchange")
+
+
+def counted(record: RunRecord) -> tuple[float, str] | None:
+    """S from the model's parameter count, or None when the shape of its input is unknown."""
+    config = record.get("config", default={})
+    dataset = config.get("dataset")
+    if dataset == "synthetic":
+        shape, classes = tuple(config.get("synthetic_shape") or (3, 32, 32)), \
+            config.get("num_classes") or 10
+    elif dataset in _SHAPES:
+        shape, classes = _SHAPES[dataset]
+    else:
+        return None
+    size = config.get("image_size")
+    if isinstance(size, int) and size > 0:
+        shape = (shape[0], size, size)
+    params = count_parameters(str(config.get("model")), int(classes), shape)
+    if params is None:
+        return None
+    factor, note = 4.0, "4 bytes each (fp32 gradients)"
+    if config.get("compression") in ("fp16", "bf16"):
+        factor, note = 2.0, f"2 bytes each ({config['compression']} compression)"
+    return params * factor, (f"{params:,} parameters of {config.get('model')} counted "
+                             f"(built without weights for {dataset}), {note}")
+
+
+def count_parameters(model: str, classes: int, shape: tuple[int, ...]) -> int | None:
+    from parascale import models
+
+    try:
+        built = models.build(model, classes, tuple(shape))
+    except Exception:  # a user model that cannot be built here: ask for --params
+        return None
+    return sum(p.numel() for p in built.parameters() if p.requires_grad)
+
+
+def parse_count(text: str, option: str) -> float:
+    """'25.6M' -> 25.6e6, '2G' -> 2e9, '1500' -> 1500 (decimal: parameters and bytes are counted,
+    not addressed)."""
+    factors = {"K": 1e3, "M": 1e6, "G": 1e9}
+    raw = text.strip().upper().removesuffix("B")
+    factor = factors.get(raw[-1:], 1.0)
+    number = raw[:-1] if raw[-1:] in factors else raw
+    try:
+        value = float(number) * factor
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise UsageError(f"{option}: cannot read {text!r}; give a positive number with an "
+                         "optional K, M or G (powers of 1000), e.g. 25.6M")
+    return value
+
+
+def describe_bytes(size: float) -> str:
+    return f"{size / 1e6:.4g} MB" if size >= 1e5 else f"{size / 1e3:.4g} kB"
