@@ -10,7 +10,8 @@
 2. Against published tables (REFERENCE.md section 1): DLBS's ResNet-50 weak-scaling example and
    the BSC ResNet-V2 figures, predicted from their single-device times and a stated preset.
 
-    .venv/bin/python benchmarks/predict.py [--rounds 3] [--model smallcnn] [--epochs 4]
+    .venv/bin/python benchmarks/predict.py [--rounds 3] [--model smallcnn] [--epochs 4] \
+        [--quiet-machine 60]
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 from parascale import predict
+from parascale.bench.quiet import wait_for_quiet
 from parascale.files import atomic_write_text
 from parascale.predict import calibrate, costs
 from parascale.predict.gradient import count_parameters
@@ -59,7 +61,8 @@ def load_text(record: dict) -> str:
 def here(args) -> tuple[list[str], list[float]]:
     """Rounds of (1 worker, comm, 2 workers) in ABBA order; table lines and the errors."""
     lines = ["| round | order | 1 worker (samples/s) | 2 workers (samples/s) | measured E | "
-             "predicted E | error | exposed comm predicted / measured (ms) | other cores 1w / 2w "
+             "predicted E | error | sync per step predicted (wait + exposed) / measured (ms) | "
+             "other cores 1w / 2w "
              "| load avg |", "|---|---|---|---|---|---|---|---|---|---|"]
     errors = []
     for k in range(1, args.rounds + 1):
@@ -70,6 +73,9 @@ def here(args) -> tuple[list[str], list[float]]:
             runs = {}
             for step in order:
                 print(f"round {k}/{args.rounds}: {step} ...", file=sys.stderr, flush=True)
+                if args.quiet_machine > 0:  # as bench --quiet-machine: wait, then run anyway
+                    wait_for_quiet(args.quiet_machine,
+                                   lambda line: print(line, file=sys.stderr, flush=True))
                 if step == "comm":
                     comm(folder / "comm")
                 else:
@@ -86,8 +92,9 @@ def here(args) -> tuple[list[str], list[float]]:
             errors.append(error)
             exposed = runs["2w"]["steps"]["phases"]["sync"]["mean"]
             lines.append(f"| {k} | {' → '.join(order)} | {x1:.0f} | {x2:.0f} | {measured:.1%} | "
-                         f"{at2.efficiency:.1%} | {error:+.1f} pp | {at2.exposed_s * 1e3:.2f} / "
-                         f"{exposed * 1e3:.2f} | {load_text(runs['1w'])} / "
+                         f"{at2.efficiency:.1%} | {error:+.1f} pp | {at2.wait_s * 1e3:.2f} + "
+                         f"{at2.exposed_s * 1e3:.2f} / {exposed * 1e3:.2f} | "
+                         f"{load_text(runs['1w'])} / "
                          f"{load_text(runs['2w'])} | {load_before:.1f} → {load_after:.1f} |")
             print(lines[-1], flush=True)
             if k == 1:
@@ -136,6 +143,9 @@ def main() -> int:
     parser.add_argument("--model", default="smallcnn")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--quiet-machine", type=float, default=60.0, metavar="MAX_S",
+                        help="before each run, wait up to MAX_S seconds for other programs to "
+                             "leave the cores (0: do not wait)")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     if cores < 2:
@@ -154,7 +164,7 @@ def main() -> int:
         "",
         "Written by `.venv/bin/python benchmarks/predict.py "
         f"--rounds {args.rounds} --model {args.model} --epochs {args.epochs} "
-        f"--batch {args.batch}` ({head}).",
+        f"--batch {args.batch} --quiet-machine {args.quiet_machine:g}` ({head}).",
         "",
         "## Here: 2 workers predicted from 1 worker and a comm record",
         "",
@@ -162,6 +172,8 @@ def main() -> int:
         "rounds), all with one thread per worker. The prediction uses that round's 1-worker "
         "record and comm record only (`predict.Options(sources=[1w], comm=comm, workers=(1, 2), "
         "scaling='weak')`); measured E = X_2 / (2·X_1) from the records' steady throughput. "
+        "Before each run the benchmark waited up to --quiet-machine seconds for other programs to "
+        "leave the cores (as `bench --quiet-machine`), then ran anyway. "
         "'other cores': cores used by other programs during the run (its record's machine "
         "block; 'busy' above the threshold); load avg: 1-minute load before and after the round. "
         "The machine was shared with other developers' tests while this ran.",

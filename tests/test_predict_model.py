@@ -8,7 +8,7 @@ import pytest
 
 from parascale.predict import costs
 from parascale.predict.interconnect import Link, fit_comm, fit_rows, preset
-from parascale.predict.model import Model, Work, overlap_from
+from parascale.predict.model import Model, Work, expected_max, overlap_from
 
 ALPHA, BETA = 50e-6, 1 / 2e9  # 50 us, 2 GB/s
 LINK = Link("test", ALPHA, BETA, "assumed", "test figures")
@@ -104,6 +104,19 @@ def test_step_time_composition_with_overlap():
     after = Model(work, 1e6, costs.strategy("reduce-broadcast"), LINK, overlap=1.0)
     assert after.point("weak", 4, 32, 32).exposed_s == pytest.approx(
         costs.reduce_broadcast(4, 1e6, LINK))
+
+
+def test_waiting_for_the_slowest_device_grows_with_n_and_shrinks_with_the_period():
+    assert expected_max(1) == 0.0
+    assert expected_max(2) == pytest.approx(0.564, abs=0.03)  # exact: 1/sqrt(pi)
+    assert expected_max(8) == pytest.approx(1.424, abs=0.03)  # tables of normal order statistics
+    work = Work(1e-4, 0.0, 0.0)
+    sync = Model(work, 1.0, costs.strategy("allreduce"), LINK, 1.0, spread_s=1e-3)
+    point = sync.point("weak", 8, 32, 32)
+    assert point.wait_s == pytest.approx(1e-3 * expected_max(8))
+    assert point.step_s == pytest.approx(3.2e-3 + point.wait_s + point.exposed_s)
+    every4 = Model(work, 1.0, costs.strategy("local-sgd", period=4), LINK, 0.0, spread_s=1e-3)
+    assert every4.wait(8) == pytest.approx(sync.wait(8) / 2)  # σ·√H over H steps
 
 
 def test_strong_scaling_shrinks_the_batch_and_stops_below_one_sample():

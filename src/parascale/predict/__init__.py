@@ -199,6 +199,10 @@ def predict(opts: Options) -> Prediction:
     strong_batch = opts.global_batch or next(
         (r.get("derived", "global_batch") for r in records if r.scaling == "strong"), None) \
         or batch
+    if strategy.name == "parameter-server" and any(
+            r.get("config", "ps_mode") == "async" for r in records):
+        notes.append("the records ran --ps-mode async, which waits for no one; it is predicted "
+                     "as synchronous (an upper bound on its step time)")
     workers = sorted(set(opts.workers))
     curves = {mode: model.curve(mode, workers, batch, strong_batch) for mode in modes}
     if "strong" in curves and len(curves["strong"]) < len(workers):

@@ -4,12 +4,15 @@
   count present (one worker when there is one: on more, overlapped communication and processes
   sharing a machine slow compute, which the model would then count twice). Per record, from its
   steady per-step phase means (every rank, warm-up excluded): compute = data + compute phases
-  (the per-sample work), other = step − compute − sync (the optimizer step and the rest). Means, not medians: a step is a sum of its phases,
-  and means add up, medians do not.
+  (the per-sample work), other = step − compute − sync (the optimizer step and the rest).
+  Means, not medians: a step is a sum of its phases, and means add up, medians do not.
 - compute(b): with records at two or more per-device batches, a least-squares line
   ``fixed + per_sample·b`` (fitted); with one batch, proportional to b through it (assumed
   linear: small batches underuse a device, so strong scaling's shrinking batches are
   predicted a little optimistically).
+- Spread σ of a step: (p95 − p50) / 1.645 of the reference records' steady step times (the
+  normal distribution's ratio; a step at one worker has no exchange, so this is the work's
+  own variation), the median over the records. It sets the wait for the slowest device.
 - Overlap φ (strategies that overlap, DDP): measured where a record of the same strategy on 2+
   workers exists *and* the link was fitted to a comm record of the same machine (the record's
   exposed sync against the modelled exchange on that link); otherwise assumed: on GPUs 2/3,
@@ -42,6 +45,7 @@ class Phases:
     compute_s: float  # data + forward + backward
     sync_s: float
     other_s: float  # optimizer and the rest of the step
+    spread_s: float  # σ of the step time, from its p50 and p95
 
 
 def phases(record: RunRecord) -> Phases:
@@ -58,7 +62,9 @@ def phases(record: RunRecord) -> Phases:
     data, sync = _or0(got["data"]), _or0(got["sync"])
     compute = got["compute"] + data
     other = max(0.0, got["step"] - compute - sync)
-    return Phases(record, batch, compute, sync, other)
+    p50, p95 = (record.get("steps", "phases", "step", q) for q in ("p50", "p95"))
+    spread = max(0.0, (p95 - p50) / 1.645) if _number(p50) and _number(p95) else 0.0
+    return Phases(record, batch, compute, sync, other, spread)
 
 
 def usable(records: list[RunRecord]) -> list[RunRecord]:
@@ -141,14 +147,16 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
             picks = []
             for r in measured:
                 p = phases(r)
-                picks.append((overlap_from(p.sync_s, model.comm(r.workers), p.compute_s), p))
+                expected = model.comm(r.workers) + model.wait(r.workers)
+                picks.append((overlap_from(p.sync_s, expected, p.compute_s), p))
             phi = median(x for x, _ in picks)
             ns = sorted({p.record.workers for _, p in picks})
             sync_ms = ", ".join(f"{p.sync_s * 1e3:.3g}" for _, p in picks)
             return Input("overlap φ", phi, "of compute", "measured",
-                         f"exposed sync {sync_ms} ms vs the modelled exchange "
-                         f"{model.comm(picks[0][1].record.workers) * 1e3:.3g} ms on the fitted "
-                         f"link, {len(picks)} record(s) at N={','.join(map(str, ns))}")
+                         f"exposed sync {sync_ms} ms vs the modelled exchange and wait "
+                         f"{model.comm(ns[0]) * 1e3:.3g} + {model.wait(ns[0]) * 1e3:.3g} ms at "
+                         f"N={ns[0]} on the fitted link, {len(picks)} record(s) at "
+                         f"N={','.join(map(str, ns))}")
     devices = {str(r.get("environment", "device_type", default="cuda")) for r in records}
     if devices == {"cpu"}:
         return Input("overlap φ", 0.0, "of compute", "assumed",
@@ -185,7 +193,9 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
     work, work_input = fit_work(refs)
     size = gradient_size(records, given_bytes)
     buckets = bucket_count(records, size.value) if strategy.overlaps else 1
-    model = Model(work, size.value, strategy, link, 0.0, buckets, intra, per_node)
+    spread = median(p.spread_s for p in refs)
+    model = Model(work, size.value, strategy, link, 0.0, buckets, intra, per_node,
+                  spread_s=spread)
     phi = overlap(records, model, given_overlap)
     model.overlap = phi.value
     other = Input("other(b)", f"{work.other_s * 1e3:.4g} ms", "", "measured",
@@ -207,7 +217,11 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
                     Input("messages per exchange", buckets, "", "counted",
                           "DDP's buckets: 1 MiB first, then the record's bucket_mb" if
                           strategy.overlaps else "one exchange"),
-                    *links, phi]
+                    *links, phi,
+                    Input("step spread σ", f"{spread * 1e3:.3g} ms", "", "measured",
+                          "(p95 - p50) / 1.645 of the steady step times at "
+                          f"{refs[0].record.workers} worker(s); the wait for the slowest of N "
+                          "devices, σ·g(N), assumes them normal and independent")]
     noise = noise_scale(records, given_noise)
     if noise is not None:
         model.noise_scale = noise.value

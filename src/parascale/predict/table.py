@@ -10,9 +10,9 @@ if TYPE_CHECKING:
     from parascale.predict import Prediction
 
 SCHEMA = "parascale.prediction/1"
-CSV_FIELDS = ("mode", "workers", "per_device_batch", "global_batch", "work_s", "comm_s",
-              "exposed_s", "step_s", "throughput", "speedup", "efficiency", "steps_factor",
-              "tta_speedup")
+CSV_FIELDS = ("mode", "workers", "per_device_batch", "global_batch", "work_s", "wait_s",
+              "comm_s", "exposed_s", "step_s", "throughput", "speedup", "efficiency",
+              "steps_factor", "tta_speedup")
 
 
 def _ms(seconds: float) -> str:
@@ -31,19 +31,21 @@ def format_prediction(pred: Prediction) -> str:
             continue
         noise = points[0].steps_factor is not None
         lines += ["", f"{mode} scaling ({_mode_words(mode, points)}):",
-                  f"{'N':>6}{'b/dev':>8}{'compute ms':>12}{'exposed ms':>12}{'comm ms':>10}"
+                  f"{'N':>6}{'b/dev':>8}{'compute ms':>12}{'wait ms':>9}{'exposed ms':>12}"
+                  f"{'comm ms':>10}"
                   f"{'step ms':>10}{'samples/s':>12}{'speedup':>9}{'eff.':>8}"
                   + (f"{'steps x':>9}{'TTA speedup':>13}" if noise else "")]
         for p in points:
             line = (f"{p.workers:>6}{_batch(p.per_device_batch):>8}{_ms(p.work_s):>12}"
-                    f"{_ms(p.exposed_s):>12}{_ms(p.comm_s):>10}{_ms(p.step_s):>10}"
+                    f"{_ms(p.wait_s):>9}{_ms(p.exposed_s):>12}{_ms(p.comm_s):>10}"
+                    f"{_ms(p.step_s):>10}"
                     f"{p.throughput:>12.4g}{p.speedup:>9.3g}{p.efficiency:>8.1%}")
             if noise:
                 line += f"{p.steps_factor:>9.3g}{p.tta_speedup:>13.3g}"
             lines.append(line)
-    lines += ["", "compute: data + forward + backward + optimizer (no exchange); comm: the "
-              "exchange's modelled time per step; exposed: what of it the step waits for; "
-              "efficiency = speedup / N, never capped."]
+    lines += ["", "compute: data + forward + backward + optimizer (no exchange); wait: for the "
+              "slowest device; comm: the exchange's modelled time per step; exposed: what of it "
+              "the step waits for; efficiency = speedup / N, never capped."]
     if pred.checks:
         lines += ["", "Measured in the study at the same N and batch (efficiency relative to "
                   + ("1 worker" if all(c.reference_workers == 1 for c in pred.checks)
@@ -84,6 +86,7 @@ def to_json(pred: Prediction) -> str:
         "model": {"strategy": pred.model.strategy.name,
                   "gradient_bytes": pred.model.gradient_bytes,
                   "overlap": pred.model.overlap, "messages": pred.model.buckets,
+                  "step_spread_s": pred.model.spread_s,
                   "work": {"per_sample_s": pred.model.work.per_sample_s,
                            "fixed_s": pred.model.work.fixed_s,
                            "other_s": pred.model.work.other_s},
