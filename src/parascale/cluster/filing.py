@@ -8,6 +8,7 @@ in ``runs/FOLDER`` is this job's.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,17 +16,28 @@ from parascale.bench.runner import StudyRunner, planned_jobs
 from parascale.cluster.study import mark_filed, output_path
 
 
+_TASK_RE = re.compile(r"srun: error: \S+: task (\d+): (.*)")
+
+
 def last_error(output: Path) -> str | None:
-    """The last line of ours that says what went wrong, from the job's output."""
+    """What went wrong, from the job's output: our own one-line error if a task printed one,
+    else the first task srun saw fail (the others are usually killed because of it) with the
+    last exception line that rank printed."""
     try:
-        lines = output.read_text(errors="replace").splitlines()[-400:]
+        lines = output.read_text(errors="replace").splitlines()[-2000:]
     except OSError:
         return None
-    for line in reversed(lines):
-        text = line.strip()
-        if text.startswith(("parascale: error:", "parascale: failed:")) or "srun: error:" in text:
-            return text[:500]
-    return None
+    ours = [line.strip() for line in lines
+            if line.strip().startswith(("parascale: error:", "parascale: failed:"))]
+    if ours:
+        return ours[-1][:500]
+    task = next((m for m in map(_TASK_RE.search, lines) if m), None)
+    if task is None:
+        return None
+    prefix = f"[rank{task.group(1)}]: "
+    said = [line[len(prefix):] for line in lines
+            if line.startswith(prefix) and line[len(prefix):][:1].isalpha()]
+    return (f"task {task.group(1)}: {task.group(2)}" + (f": {said[-1]}" if said else ""))[:500]
 
 
 def file_run(study: Path, folder: str, job_id: str, code: int) -> str:

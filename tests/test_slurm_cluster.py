@@ -1,0 +1,140 @@
+"""parascale slurm against a real one-node Slurm cluster (.ci/slurm-up.sh starts one): a
+two-task training job, a study filed into its folder and reported, and a cancelled and a failed
+job recorded with their reasons and resubmitted alone. Skipped where there is no cluster, except
+under CI (CI=true), where a missing cluster is a failure."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+
+pytestmark = pytest.mark.slow  # every test here starts processes (the CLI, sbatch, the jobs)
+
+STUDY = ["--workers", "1,2", "--scaling", "weak", "--batch-size", "32", "--steps", "6",
+         "--timeout", "60", "--time", "5"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Skip (or fail under CI) unless sbatch is here and the cluster has a node that takes jobs."""
+    why = None
+    if shutil.which("sbatch") is None:
+        why = "sbatch is not on the PATH (start a cluster with .ci/slurm-up.sh, as root)"
+    else:
+        done = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+        states = done.stdout.split()
+        if done.returncode != 0 or not {"idle", "mix", "alloc"} & set(states):
+            why = f"no Slurm node takes jobs (sinfo: {done.stderr.strip() or states})"
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must test Slurm submission: {why}")
+        pytest.skip(why)
+
+
+def parascale(*args: str, cwd: Path, fault: str | None = None,
+              expect: int | None = 0) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PARASCALE_FAULT"}
+    if fault:
+        env["PARASCALE_FAULT"] = fault  # sbatch passes the environment on to the job
+    done = subprocess.run([sys.executable, "-m", "parascale", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+    if expect is not None:
+        assert done.returncode == expect, done.stdout + done.stderr
+    return done
+
+
+def record(path: Path) -> dict:
+    return json.loads((path / "record.json").read_text())
+
+
+def folders(study: Path) -> dict[str, str]:
+    """workers -> folder of each configuration of the plan."""
+    plan = json.loads((study / "plan.json").read_text())
+    return {r["workers"]: r["folder"] for r in plan["runs"]}
+
+
+def ledger(study: Path) -> dict[str, str]:
+    return {f: e["job_id"] for f, e in json.loads((study / "slurm/jobs.json").read_text()).items()}
+
+
+def test_a_two_task_job_trains_as_one_world_under_srun(cluster, tmp_path):
+    out = tmp_path / "run"
+    done = parascale("slurm", "train", "--workers", "2", "--global-batch", "32", "--steps", "5",
+                     "--timeout", "60", "--time", "5", "--out", str(out), "--submit", "--wait",
+                     cwd=tmp_path)
+    assert "COMPLETED" in done.stdout and f"record: {out}/record.json" in done.stdout
+    run = record(out)
+    assert run["status"] == "ok"
+    assert run["environment"]["launcher"] == "slurm"  # srun's tasks, not a local launch
+    assert run["derived"]["world_size"] == 2 and run["derived"]["per_device_batch"] == 16
+    assert sorted(p.name for p in out.iterdir()) == ["model.pt", "record.json"]
+    script = Path(f"{out}-slurm.sh").read_text()
+    assert "#SBATCH --ntasks-per-node=2" in script  # what was submitted is the script kept
+
+
+def test_a_study_runs_one_job_per_configuration_and_reports_unchanged(cluster, tmp_path):
+    study = tmp_path / "study"
+    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", "--wait",
+                     cwd=tmp_path)
+    assert "2 job(s) submitted" in done.stdout and "report:" in done.stdout
+    for workers, folder in folders(study).items():
+        run = record(study / "runs" / folder)
+        assert run["status"] == "ok" and run["derived"]["world_size"] == workers
+        assert run["study"]["name"] == "study" and run["study"]["config_id"] == folder
+        assert run["environment"]["launcher"] == ("slurm" if workers > 1 else "local")
+    assert not (study / ".running").exists() or not any((study / ".running").iterdir())
+    status = parascale("slurm", "status", str(study), cwd=tmp_path).stdout
+    assert status.count("COMPLETED") == 2 and "2 ok" in status
+    report = parascale("report", str(study), "--out", str(tmp_path / "report"), cwd=tmp_path)
+    assert (tmp_path / "report" / "report.html").is_file(), report.stdout
+    assert "2 workers" in (tmp_path / "report" / "summary.md").read_text() or \
+        "| 2" in (tmp_path / "report" / "summary.md").read_text()
+
+
+def test_cancelled_and_failed_jobs_are_recorded_with_the_reason_and_resubmitted_alone(
+        cluster, tmp_path):
+    study = tmp_path / "study"
+    parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", cwd=tmp_path)
+    by_workers, jobs = folders(study), ledger(study)
+    two = by_workers[2]
+    subprocess.run(["scancel", jobs[two]], check=True)  # queued or training: either way
+    wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", ",".join(jobs.values())],
+                                          capture_output=True, text=True).stdout.strip(), 240)
+
+    status = parascale("slurm", "status", str(study), cwd=tmp_path).stdout
+    row = next(line for line in status.splitlines() if line.startswith(two))
+    assert "CANCELLED" in row and " failed " in row, status
+    cancelled = record(study / "runs" / two)
+    assert cancelled["status"] == "failed"
+    assert f"Slurm job {jobs[two]} ended without filing its run: CANCELLED" in \
+        cancelled["reason"]
+    assert record(study / "runs" / by_workers[1])["status"] == "ok"
+
+    # again, with a worker that crashes: only the failed configuration goes, and fails itself
+    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", "--wait",
+                     cwd=tmp_path, fault="raise@1:2", expect=1)
+    assert f"{by_workers[1]}: recorded (ok), kept" in done.stdout
+    assert "1 job(s) submitted" in done.stdout
+    again = ledger(study)
+    assert again[by_workers[1]] == jobs[by_workers[1]] and again[two] != jobs[two]
+    crashed = record(study / "runs" / two)
+    assert crashed["status"] == "failed"
+    assert f"Slurm job {again[two]}: srun exited with code" in crashed["reason"]
+    # the task that failed first and its own error, from the job's output
+    assert "task 1: Exited with exit code 1: RuntimeError: injected fault on rank 1" in \
+        crashed["reason"]
+    assert "1 of 2 runs failed" in done.stderr
+
+    # and once more, fixed: the failed one alone runs, and the study is whole
+    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", "--wait",
+                     cwd=tmp_path)
+    assert "1 job(s) submitted" in done.stdout
+    assert all(record(study / "runs" / f)["status"] == "ok" for f in by_workers.values())

@@ -1,0 +1,258 @@
+"""parascale slurm without a cluster: the job scripts it renders, the quoting of hostile values,
+the task-count check of an srun world, and bad input as one line with nothing written."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from parascale.cli.main import main
+from parascale.cluster import scheduler
+from parascale.cluster.script import SlurmOptions, layout
+from parascale.errors import UsageError
+from parascale.runtime.world import check_tasks, slurm_port
+
+
+@pytest.fixture(autouse=True)
+def no_sinfo(monkeypatch):
+    """The fast tier starts no process: plan studies against this machine's cores."""
+    monkeypatch.setattr(scheduler, "cpus_per_node", lambda partition: None)
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def srun_words(script: str) -> list[str]:
+    """The srun command of a script as the shell splits it (continuation lines joined)."""
+    text = script.replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("srun "))
+    return shlex.split(line)
+
+
+def sbatch_lines(script: str) -> dict[str, str]:
+    found = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            key, _, value = shlex.split(line[len("#SBATCH "):])[0].partition("=")
+            found[key] = value
+    return found
+
+
+def test_train_script_runs_one_task_per_worker_with_trains_own_options(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["slurm", "train", "--workers", "4", "--nodes", "2", "--time", "1:30:00",
+                 "--partition", "gpu_a", "--account", "proj-1", "--model", "mlp", "--steps", "7",
+                 "--global-batch", "64", "--lr", "0.1", "--val-fraction", "0.2",
+                 "--no-evaluate-test", "--setup", "module load python/3.11", "--out", str(out), "--dry-run"])
+    script = capsys.readouterr().out
+    assert code == 0 and not out.exists() and list(tmp_path.iterdir()) == []
+    sbatch = sbatch_lines(script)
+    assert sbatch["--nodes"] == "2" and sbatch["--ntasks-per-node"] == "2"
+    assert sbatch["--time"] == "1:30:00" and sbatch["--partition"] == "gpu_a"
+    assert sbatch["--account"] == "proj-1" and sbatch["--output"] == f"{out}-slurm-%j.out"
+    lines = script.splitlines()
+    assert "module load python/3.11" in lines  # the set-up, as given, before training
+    assert lines.index("module load python/3.11") < next(
+        i for i, line in enumerate(lines) if line.startswith("srun "))
+    words = srun_words(script)
+    assert words[:3] == ["srun", "--kill-on-bad-exit=1", "--cpus-per-task=1"]
+    train = words[words.index("train") + 1:]
+    assert train == ["--model", "mlp", "--workers", "4", "--threads", "1", "--global-batch",
+                     "64", "--steps", "7", "--lr", "0.1", "--val-fraction", "0.2",
+                     "--no-evaluate-test", "--out", str(out)]
+    # two nodes: the store on the first node's address, a port every task derives alike
+    assert 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in lines
+    assert "export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))" in lines
+    assert slurm_port(15006) == 15006 and slurm_port(6) == 15006 and slurm_port(14999) == 29999
+
+
+def test_one_node_job_listens_on_loopback_and_gpus_go_one_task_each(tmp_path, capsys):
+    assert main(["slurm", "train", "--gpus-per-node", "4", "--steps", "2",
+                 "--out", str(tmp_path / "g"), "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    assert "export MASTER_ADDR=127.0.0.1 GLOO_SOCKET_IFNAME=lo" in script.splitlines()
+    assert sbatch_lines(script)["--gpus-per-node"] == "4"
+    assert sbatch_lines(script)["--ntasks-per-node"] == "4"
+    train = srun_words(script)
+    assert train[train.index("--device") + 1] == "cuda" and "--gpus" not in train
+
+
+@pytest.mark.parametrize("hostile", [
+    "run $(touch /tmp/pwned) `id`; rm -rf ~",
+    "it's \"quoted\" and ${HOME} & more | cat > x",
+    "per%cent %j 100%",
+])
+def test_hostile_values_reach_the_job_as_they_were_typed(tmp_path, capsys, hostile):
+    out = tmp_path / hostile
+    setup = f"echo {shlex.quote(hostile)}"
+    assert main(["slurm", "train", "--steps", "2", "--out", str(out), "--setup", setup,
+                 "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    words = srun_words(script)
+    assert words[-2:] == ["--out", str(out)]  # one word, exactly the path
+    # Slurm's file name pattern: the path's own % doubled, then %j
+    assert sbatch_lines(script)["--output"] == str(out).replace("%", "%%") + "-slurm-%j.out"
+    assert setup in script.splitlines()  # a set-up line is the user's shell, one line
+    for line in script.splitlines():  # the path shows only quoted or inside a comment
+        if hostile in line and not line.startswith("#"):
+            assert line in (setup,) or "'" in line
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--nodes", "0"], "--nodes must be 1 or more, got 0"),
+    (["--time", "90min"], "--time '90min' is not a Slurm time limit"),
+    (["--time", "1:00:00\n#SBATCH --x"], "is not a Slurm time limit"),
+    (["--setup", "module load a\nrm -rf ~"], "one shell line per --setup"),
+    (["--setup", "echo a\0b"], "one shell line per --setup"),
+    (["--partition", "a;b"], "--partition 'a;b': expected a name"),
+    (["--gpus", "0,1"], "on Slurm ask for --gpus-per-node"),
+    (["--workers", "3", "--nodes", "2"], "3 workers cannot be spread evenly over 2 nodes"),
+    (["--cpus-per-task", "0"], "--cpus-per-task must be 1 or more"),
+    (["--wait"], "--wait waits for submitted jobs"),
+    (["--batch-size", "0"], "batch"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, extra, message):
+    out = tmp_path / "run"
+    code = main(["slurm", "train", "--steps", "2", "--out", str(out), "--dry-run", *extra])
+    line = one_line_error(capsys)
+    assert code == 2 and message in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_status_of_a_folder_that_is_not_a_study_is_one_line(tmp_path, capsys):
+    assert main(["slurm", "status", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in one_line_error(capsys)
+    assert main(["slurm", "status", str(tmp_path)]) == 2
+    assert "not a study folder (no plan.json)" in one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_study_dry_run_prints_one_job_per_configuration_that_files_into_the_study(
+        tmp_path, capsys):
+    study = tmp_path / "study"
+    code = main(["slurm", "bench", "--workers", "1,2", "--scaling", "weak", "--batch-size", "16",
+                 "--epochs", "1", "--time", "10", "--out", str(study), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and not study.exists()
+    scripts = out.split("# ---- ")[1:]
+    assert len(scripts) == 2
+    for script, workers in zip(scripts, (1, 2)):
+        folder = Path(script.split(" ----")[0]).stem
+        assert folder.startswith(f"workers-{workers}__")
+        assert sbatch_lines(script)["--ntasks-per-node"] == str(workers)
+        words = srun_words(script)
+        assert words[-2:] == ["--out", str(study / ".running" / folder)]
+        assert words[words.index("--workers") + 1] == str(workers)
+        assert "--no-save-model" in words  # bench keeps records only
+        filing = [line for line in script.splitlines() if "parascale.cluster.filing" in line]
+        assert shlex.split(filing[0])[-4:] == [str(study), folder, "$SLURM_JOB_ID", "$code"]
+    assert "dry run: nothing was written or submitted" in out
+
+
+def test_a_study_may_ask_for_more_workers_than_this_machine_has(tmp_path, capsys):
+    code = main(["slurm", "bench", "--workers", "1,4,8", "--nodes", "4", "--scaling", "weak",
+                 "--batch-size", "8", "--steps", "2", "--out", str(tmp_path / "s"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    nodes = [sbatch_lines(s)["--nodes"] for s in out.split("# ---- ")[1:]]
+    assert nodes == ["1", "4", "4"]
+
+
+def test_study_bad_input_is_one_line(tmp_path, capsys):
+    study = tmp_path / "s"
+    assert main(["slurm", "bench", "--workers", "1,2", "--out", str(study), "--epochs", "1",
+                 "--quiet-machine", "--dry-run"]) == 2
+    assert "--quiet-machine" in one_line_error(capsys)
+    assert main(["slurm", "bench", "--workers", "1,2", "--out", str(study), "--epochs", "1"]) == 2
+    assert "give --dry-run" in one_line_error(capsys)
+    assert not study.exists()
+
+
+def test_layout_fills_nodes_with_one_task_per_gpu():
+    assert layout(8, SlurmOptions(nodes=2, gpus_per_node=4)) == (2, 4)
+    assert layout(4, SlurmOptions(nodes=2, gpus_per_node=4)) == (1, 4)
+    assert layout(None, SlurmOptions(nodes=3, gpus_per_node=2)) == (3, 2)
+    assert layout(1, SlurmOptions(nodes=4)) == (1, 1)
+    with pytest.raises(UsageError, match="do not fill whole nodes of 4 GPUs"):
+        layout(6, SlurmOptions(nodes=2, gpus_per_node=4))
+    with pytest.raises(UsageError, match="need 3 nodes of 4 GPUs, but --nodes is 2"):
+        layout(12, SlurmOptions(nodes=2, gpus_per_node=4))
+
+
+SRUN = {"SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_NODEID": "1", "SLURMD_NODENAME": "n2"}
+
+
+def test_task_count_is_checked_against_nodes_times_tasks_per_node():
+    check_tasks(SRUN, "cpu", 0)  # 4 = 2 x 2
+    check_tasks(SRUN, "cuda", 2)
+    with pytest.raises(UsageError, match=r"srun started 3 tasks, but the job has 2 node\(s\) x "
+                                         r"2 tasks per node = 4"):
+        check_tasks({**SRUN, "SLURM_NTASKS": "3"}, "cpu", 0)
+    with pytest.raises(UsageError, match="srun runs 2 tasks on node n2, which shows 1 GPU"):
+        check_tasks(SRUN, "cuda", 1)
+    # uneven nodes: '3,1' puts 3 tasks on node 0
+    with pytest.raises(UsageError, match="srun runs 3 tasks on node"):
+        check_tasks({"SLURM_NTASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "3,1",
+                     "SLURM_NODEID": "0"}, "cuda", 2)
+
+
+def test_a_killed_job_is_read_from_the_line_slurmstepd_writes(tmp_path):
+    output = tmp_path / "job.out"
+    output.write_text("epoch 1/3 ...\nslurmstepd: error: *** JOB 42 ON vm CANCELLED AT "
+                      "2026-11-24T20:31:02 DUE TO TIME LIMIT ***\n")
+    state = scheduler._from_output("42", output)
+    assert state.state == "TIMEOUT" and "DUE TO TIME LIMIT" in state.reason
+    output.write_text("slurmstepd: error: *** JOB 43 ON vm CANCELLED AT 2026-11-24T20:31:02 ***\n")
+    assert scheduler._from_output("43", output).state == "CANCELLED"
+    assert scheduler._from_output("44", output) is None  # another job's line
+
+
+def test_a_failed_jobs_reason_names_the_task_that_failed_first(tmp_path):
+    from parascale.cluster.filing import last_error
+
+    output = tmp_path / "job.out"
+    output.write_text(
+        "parascale: smallcnn on digits, 2 worker(s)\n"
+        "[rank1]: Traceback (most recent call last):\n"
+        "[rank1]:   File \"loop.py\", line 213, in _step\n"
+        "[rank1]: RuntimeError: injected fault on rank 1 at step 2\n"
+        "[rank0]: RuntimeError: Connection closed by peer\n"
+        "srun: error: vm: task 1: Exited with exit code 1\n"
+        "srun: error: vm: task 0: Terminated\n")
+    assert last_error(output) == ("task 1: Exited with exit code 1: RuntimeError: injected "
+                                  "fault on rank 1 at step 2")
+    output.write_text("parascale: error: srun started 3 tasks, but ...\n"
+                      "srun: error: vm: task 0: Exited with exit code 2\n")
+    assert last_error(output) == "parascale: error: srun started 3 tasks, but ..."
+    assert last_error(tmp_path / "none.out") is None
+
+
+def test_rank_0_of_an_srun_world_hosts_the_store_on_master_addr_alone(monkeypatch):
+    import datetime
+    import socket
+
+    import psutil
+
+    from parascale.runtime.world import _slurm_store
+
+    with socket.socket() as probe:  # a free port, as the job id would give one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    store = _slurm_store(0, 1, datetime.timedelta(seconds=10))
+    try:
+        listening = [c.laddr for c in psutil.Process().net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert listening and {a.ip for a in listening} == {"127.0.0.1"}  # not 0.0.0.0 or ::
+        store.set("k", "v")
+        assert store.get("k") == b"v"
+    finally:
+        del store
