@@ -10,10 +10,10 @@ latency and bandwidth fitted to a 'parascale comm' record (--comm), or a named p
 (--interconnect nvlink|pcie|ib100|25gbe|loopback, each with its source).
 
 Per N, under weak (per-device batch fixed) and strong (global batch fixed) scaling: the step
-time split into compute and exposed communication, throughput, speedup and efficiency. The
-inputs are printed first, each marked measured, fitted, counted, given or assumed; where the
-study measured a worker count, its efficiency is shown beside the prediction. Formulas and
-assumptions: docs/predict.md. Starts no process.
+time split into compute, waiting for the slowest device and exposed communication, with
+throughput, speedup and efficiency. The inputs are printed first, each marked measured, fitted,
+counted, given or assumed; where the study measured a worker count, its efficiency is shown
+beside the prediction. Formulas and assumptions: docs/predict.md. Starts no process.
 """
 
 EXAMPLES = """\

@@ -20,7 +20,7 @@ from pathlib import Path
 from parascale.errors import UsageError
 from parascale.predict import calibrate, costs, table
 from parascale.predict.compare import Check, checks
-from parascale.predict.interconnect import Link, fit_comm, preset
+from parascale.predict.interconnect import PRESETS, Link, fit_comm, preset
 from parascale.predict.model import MODES, Model, Point
 from parascale.record import COMM_NAME
 from parascale.report.load import RunRecord, load_records
@@ -69,7 +69,7 @@ def validate(opts: Options) -> None:
     if (opts.comm is None) == (opts.interconnect is None) and opts.gpus_per_node is None:
         raise UsageError("give the interconnect: --comm DIR (fitted to a 'parascale comm' "
                          "record) or --interconnect PRESET (one of "
-                         f"{', '.join(_presets())}), not both")
+                         f"{', '.join(PRESETS)}), not both")
     if opts.gpus_per_node is not None:
         if opts.gpus_per_node < 1:
             raise UsageError(f"--gpus-per-node must be at least 1, got {opts.gpus_per_node}")
@@ -97,12 +97,6 @@ def validate(opts: Options) -> None:
                          f"got {opts.noise_scale}")
     if opts.scaling is not None and opts.scaling not in MODES:
         raise UsageError(f"--scaling must be weak or strong, got {opts.scaling!r}")
-
-
-def _presets() -> list[str]:
-    from parascale.predict.interconnect import PRESETS
-
-    return list(PRESETS)
 
 
 def read_comm(path: str) -> Link:
@@ -220,7 +214,8 @@ def predict(opts: Options) -> Prediction:
     first = records[0]
     subject = (f"{first.model} on {first.dataset}, --sync {strategy.name}, "
                f"{len(records)} record(s) from {', '.join(opts.sources)}")
-    return Prediction(subject, model, curves, checks(records, model), notes,
+    measured = [c for c in checks(records, model) if c.mode in curves]
+    return Prediction(subject, model, curves, measured, notes,
                       [str(s) for s in opts.sources])
 
 

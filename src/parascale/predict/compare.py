@@ -49,8 +49,9 @@ def checks(records: list[RunRecord], model: Model) -> list[Check]:
         ref_n = row.reference_workers
         # the reference batch of this row's group: weak keeps b, strong keeps N_ref * b_ref
         ref_b = b if mode == "weak" else (row.global_batch or b * row.workers) / ref_n
-        at_n = model.point(mode, row.workers, b, ref_b * ref_n)
-        at_ref = model.point(mode, ref_n, ref_b, ref_b * ref_n)
+        one = b if mode == "weak" else ref_b * ref_n  # what one device runs in this mode
+        at_n = model.point(mode, row.workers, b, one)
+        at_ref = model.point(mode, ref_n, ref_b, one)
         # E = N_ref·X_N / (N·X_ref), which is X_N / (N·X_1) when the reference is one worker
         efficiency = ref_n * at_n.throughput / (row.workers * at_ref.throughput)
         found.append(Check(mode, row.workers, b, row.runs, ref_n, row.throughput,

@@ -2,7 +2,7 @@
 
 Drawn like the report's plots (:mod:`parascale.report.plots`: a Figure and the Agg canvas, never
 pyplot; the report's style and colours): left, efficiency against N; right, the predicted step
-time split into work and exposed communication, per mode. Measured points are filled markers
+time split into compute and exposed communication, per mode. Measured points are filled markers
 in the colour of their mode's curve.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from parascale.report.plots import COLORS, STYLE
+from parascale.report.plots import COLORS, STYLE, _worker_axis  # the report's N axis
 
 if TYPE_CHECKING:
     from parascale.predict import Prediction
@@ -36,6 +36,8 @@ def render(pred: Prediction) -> bytes:
                       label=f"{mode}: predicted")
             right.plot(x, [p.step_s * 1e3 for p in points], color=colors[mode],
                        label=f"{mode}: step")
+            right.plot(x, [p.work_s * 1e3 for p in points], color=colors[mode],
+                       linestyle="--", label=f"{mode}: compute (no exchange)")
             right.plot(x, [p.exposed_s * 1e3 for p in points], color=colors[mode],
                        linestyle=":", label=f"{mode}: exposed communication")
             if points[0].tta_speedup is not None:
@@ -48,9 +50,9 @@ def render(pred: Prediction) -> bytes:
                 left.plot([c.workers for c in mine], [c.measured_efficiency * 100 for c in mine],
                           "o", color=colors[mode], label=f"{mode}: measured")
         for ax in (left, right):
-            if len(ns) > 1:
-                ax.set_xscale("log", base=2)
-            ax.set_xlabel("workers N" + (" (log-2 scale)" if len(ns) > 1 else ""))
+            _worker_axis(ax, ns)
+            if len(ns) > 8:  # 1024, 2048, 4096 side by side would overlap
+                ax.tick_params(axis="x", labelrotation=45)
             ax.legend()
         left.set_ylim(bottom=0)
         left.set_ylabel("efficiency (%)")
