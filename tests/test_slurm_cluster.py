@@ -75,7 +75,7 @@ def test_a_two_task_job_trains_as_one_world_under_srun(cluster, tmp_path):
     assert run["status"] == "ok"
     assert run["environment"]["launcher"] == "slurm"  # srun's tasks, not a local launch
     assert run["derived"]["world_size"] == 2 and run["derived"]["per_device_batch"] == 16
-    assert sorted(p.name for p in out.iterdir()) == ["model.pt", "record.json"]
+    assert {"model.pt", "record.json"} <= {p.name for p in out.iterdir()}
     script = Path(f"{out}-slurm.sh").read_text()
     assert "#SBATCH --ntasks-per-node=2" in script  # what was submitted is the script kept
 

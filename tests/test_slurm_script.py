@@ -256,3 +256,19 @@ def test_rank_0_of_an_srun_world_hosts_the_store_on_master_addr_alone(monkeypatc
         assert store.get("k") == b"v"
     finally:
         del store
+
+
+def test_train_options_written_into_the_script_read_back_as_the_same_configuration():
+    from parascale.cli.main import build_parser
+    from parascale.cli.options import config_from_args
+    from parascale.cluster.script import train_flags
+
+    given = {"model": "mlp", "dataset": "synthetic", "synthetic_shape": (1, 8, 8),
+             "workers": 4, "threads": 2, "global_batch": 64, "steps": 3, "lr": 0.1,
+             "lr_milestones": (2, 5), "augment": True, "evaluate_test": False,
+             "val_fraction": 0.25, "learners": "auto", "sync": "allreduce",
+             "sync_options": {"learner_engine": "1", "b": 2.5, "c": [1, "x"], "d": None,
+                              "e": True, "f": "text"}}
+    flags = train_flags(given)
+    args = build_parser(["train"]).parse_args(["train", *flags])
+    assert config_from_args(args) == given

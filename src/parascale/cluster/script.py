@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import re
 import shlex
@@ -134,7 +135,7 @@ def train_flags(train: dict[str, Any]) -> list[str]:
         name, value = "--" + f.name.replace("_", "-"), train[f.name]
         if f.name == "sync_options":
             for key, item in dict(value).items():
-                flags += ["--sync-option", f"{key}={_text(item)}"]
+                flags += ["--sync-option", f"{key}={_option_text(item)}"]
         elif isinstance(value, bool):
             flags.append(name if value else "--no-" + name[2:])
         elif isinstance(value, (list, tuple)):
@@ -146,6 +147,22 @@ def train_flags(train: dict[str, Any]) -> list[str]:
 
 def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def _option_text(value: Any) -> str:
+    """A --sync-option value that ``parse_value`` reads back as the same value and type."""
+    from parascale.bench.plan import parse_value
+
+    if isinstance(value, str):
+        try:
+            if parse_value(value) == value:
+                return value
+        except ValueError:
+            pass
+        return json.dumps(value)  # '"1"' stays the text 1, not the number
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _text(value)
+    return json.dumps(value)  # true, false, null, lists and mappings
 
 
 @dataclass
