@@ -22,6 +22,7 @@ from typing import Any
 from parascale import __version__
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
+from parascale.runtime.world import PORT_BASE
 
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1))
 _TIME_RE = re.compile(r"\A(?:\d+(?::\d{1,2}){0,2}|\d+-\d+(?::\d{1,2}){0,2})\Z")
@@ -203,13 +204,13 @@ def render(script: Script, opts: SlurmOptions) -> str:
     if opts.setup:
         lines += ["# set-up (--setup)", *opts.setup, ""]
     lines += ["# rendezvous: rank 0 hosts the store on the first node; the port comes from the",
-              "# job id (15000 + id % 15000), so every task knows it without talking"]
+              "# job id, so every task knows it without talking"]
     if script.nodes == 1:  # one node: nothing needs to listen beyond loopback
         lines += ["export MASTER_ADDR=127.0.0.1 GLOO_SOCKET_IFNAME=lo"]
     else:
         lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
                   "export MASTER_ADDR"]
-    lines += ["export MASTER_PORT=$((15000 + SLURM_JOB_ID % 15000))",
+    lines += [f"export MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_BASE}))",
               f"export OMP_NUM_THREADS={opts.cpus_per_task}", ""]
     lines += script.before
     # srun does not take --cpus-per-task from sbatch since Slurm 22.05: say it again

@@ -52,8 +52,9 @@ def _pattern(path: Path) -> str:
 
 def study_train(job: Job, opts: SlurmOptions) -> dict[str, Any]:
     """The train options of ``job`` as a Slurm job runs them: threads from --cpus-per-task
-    (the cores Slurm gives each task, not this machine's), GPUs by task rather than by list."""
-    train = {"save_model": False, **job.train, "threads": opts.cpus_per_task}
+    unless given (the cores Slurm gives each task, not this machine's), GPUs by task rather
+    than by list."""
+    train = {"save_model": False, "threads": opts.cpus_per_task, **job.train}
     if opts.gpus_per_node:
         train.pop("gpus", None)
         train["device"] = "cuda"

@@ -6,8 +6,8 @@ Three ways in, one result:
   and hosts the rendezvous store itself (so no free-port race), see :mod:`.local`.
 - ``torchrun``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` are set.
 - ``slurm``: started by ``srun`` without torchrun: ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``
-  map to rank, size and local rank; ``MASTER_ADDR``/``MASTER_PORT`` must be exported by the job
-  script (``parascale slurm`` renders one, see :mod:`parascale.cluster.script`). The task count
+  map to rank, size and local rank; ``MASTER_ADDR`` must be exported by the job script, and
+  ``MASTER_PORT`` too unless the one derived from the job id will do (``parascale slurm`` renders one, see :mod:`parascale.cluster.script`). The task count
   is checked against nodes x tasks per node (and the GPUs a node shows) before anyone joins, and
   rank 0 hosts the store itself on MASTER_ADDR alone (torch's env:// server would listen on
   every interface).
@@ -111,10 +111,9 @@ def _positions() -> tuple[int, int, int, str]:
     if launcher == "torchrun":
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), launcher
     if launcher == "slurm":
-        for name in ("MASTER_ADDR", "MASTER_PORT"):
-            if name not in env:
-                raise UsageError(f"under srun without torchrun, export {name} in the job script "
-                                 "(the first node's host name and a free port)")
+        if "MASTER_ADDR" not in env:
+            raise UsageError("under srun without torchrun, export MASTER_ADDR in the job script "
+                             "(the first node's host name; 127.0.0.1 for one node)")
         return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), \
             int(env.get("SLURM_LOCALID", 0)), launcher
     return 0, 1, 0, "local"
@@ -152,18 +151,23 @@ def _tasks_on_node(spec: str, node: int) -> int | None:
     return counts[node] if node < len(counts) else None
 
 
+PORT_BASE = 15000
+
+
 def slurm_port(job_id: int) -> int:
     """The rendezvous port of Slurm job ``job_id``: every task derives it alone (they cannot
     agree by talking before the store exists). 15000-29999 is below Linux's ephemeral range
     (32768-), so no outgoing connection holds it; two jobs on one node collide only when their
-    ids differ by a multiple of 15000. The job script exports it as MASTER_PORT."""
-    return 15000 + job_id % 15000
+    ids differ by a multiple of 15000. The job script exports it as MASTER_PORT; a task that
+    was given none uses it as well."""
+    return PORT_BASE + job_id % PORT_BASE
 
 
 def _slurm_store(rank: int, size: int, timeout: datetime.timedelta) -> dist.TCPStore:
     """Rank 0 hosts the store on MASTER_ADDR alone (loopback in a one-node job); the others
     connect to it as clients."""
-    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    host = os.environ["MASTER_ADDR"]
+    port = int(os.environ.get("MASTER_PORT") or slurm_port(int(os.environ["SLURM_JOB_ID"])))
     if rank == 0:
         from parascale.runtime.local import open_store  # local imports this module
 
