@@ -48,13 +48,21 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="slurm_command", metavar="{train,bench,status}")
     train = train_cmd.register(sub)
     train.description = "Submit 'parascale train' as one Slurm job. " + train.description
+    train.epilog = EXAMPLES
     add_options(train)
     train.set_defaults(func=run_train)
     bench = bench_cmd.register(sub)
     bench.description = ("Submit a 'parascale bench' study as one Slurm job per configuration. "
                          + bench.description)
+    bench.epilog = EXAMPLES
     add_options(bench, dry_run=False)  # bench's own --dry-run prints the plan and the scripts
     bench.set_defaults(func=run_bench, rerun="failed")
+    for action in bench._actions:  # the same options, said as they are on Slurm
+        if action.dest == "rerun":
+            action.help = ("which recorded runs to submit again: failed (default on Slurm: "
+                           "what is missing or failed), never, always")
+        if action.dest == "dry_run":
+            action.help = "print the plan and every job script; write and submit nothing"
     status = sub.add_parser("status", help="each configuration's job and state",
                             description="Show each configuration of STUDY with its Slurm job, "
                             "the job's state and the scheduler's reason; jobs that ended "
