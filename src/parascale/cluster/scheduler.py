@@ -167,7 +167,7 @@ def _from_output(job_id: str, path: Path | None) -> JobState | None:
             why = (match.group(3) or "").strip()
             state = {"TIME LIMIT": "TIMEOUT", "NODE FAILURE": "NODE_FAIL",
                      "PREEMPTION": "PREEMPTED"}.get(why, "CANCELLED")
-            return JobState(job_id, state, f"{line.strip('* ')}", "output")
+            return JobState(job_id, state, match.group(0).strip("* "), "output")
     return None
 
 
