@@ -139,7 +139,12 @@ def run_train(args: argparse.Namespace) -> int:
     echo(f"submitted job {job_id} (script {path}); output: {output}; record: {out}/record.json")
     if not args.wait:
         return 0
-    state = _wait_one(job_id, output)
+    try:
+        state = _wait_one(job_id, output)
+    except KeyboardInterrupt:
+        print(f"\nstopped waiting: job {job_id} goes on (scancel {job_id} stops it)",
+              file=sys.stderr, flush=True)
+        raise
     return _train_outcome(job_id, state, out, output)
 
 
@@ -248,7 +253,12 @@ def run_bench(args: argparse.Namespace) -> int:
         echo(f"see how they are doing: parascale slurm status {study}; once they are done: "
              f"parascale report {study}")
         return 0
-    rows = wait(study, jobs, echo)
+    try:
+        rows = wait(study, jobs, echo)
+    except KeyboardInterrupt:
+        print(f"\nstopped waiting: the jobs go on; parascale slurm status {study} shows them",
+              file=sys.stderr, flush=True)
+        raise
     print(status_table(rows))
     summarise(study)
     failed = failed_runs(study, jobs)
