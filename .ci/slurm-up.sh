@@ -70,7 +70,8 @@ if [ ! -f "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
   changed=1
 fi
 
-running() { pgrep -x "$1" >/dev/null 2>&1; }
+# alive by its pid file (pgrep's procps is not on every image)
+running() { [ -s "/run/$1.pid" ] && kill -0 "$(cat "/run/$1.pid")" 2>/dev/null; }
 if [ "$changed" = 1 ] && running slurmctld; then
   scontrol reconfigure || true
 fi
