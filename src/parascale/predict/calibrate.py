@@ -117,7 +117,8 @@ def gradient_size(records: list[RunRecord], given: tuple[float, str] | None) -> 
             return Input("gradient S", found[0], "bytes", "counted", found[1])
     raise UsageError(f"the records do not say how many bytes a step exchanges (model "
                      f"{records[0].model!r} on {records[0].dataset!r} cannot be counted here, and "
-                     "no record has 2+ workers of allreduce, reduce-broadcast or parameter-server); "
+                     "no record has 2+ workers of allreduce, reduce-broadcast or "
+                     "parameter-server); "
                      "give --params N (e.g. 25.6M) or --gradient-bytes S")
 
 

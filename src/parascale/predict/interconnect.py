@@ -154,7 +154,8 @@ def fit_comm(record: Any, where: str = "--comm") -> Link:
     has no allreduce rows."""
     if not isinstance(record, dict) or record.get("schema") != COMM_SCHEMA:
         raise UsageError(f"{where}: not a parascale comm record (no \"schema\": "
-                         f"\"{COMM_SCHEMA}\"); make one with 'parascale comm --workers N --out DIR'")
+                         f"\"{COMM_SCHEMA}\"); make one with "
+                         "'parascale comm --workers N --out DIR'")
     n = record.get("world_size")
     results = record.get("results")
     if not isinstance(n, int) or n < 2 or not isinstance(results, list):
