@@ -156,12 +156,16 @@ def test_study_dry_run_prints_one_job_per_configuration_that_files_into_the_stud
 
 
 def test_a_study_may_ask_for_more_workers_than_this_machine_has(tmp_path, capsys):
-    code = main(["slurm", "bench", "--workers", "1,4,8", "--nodes", "4", "--scaling", "weak",
+    # 16 workers on this 2-core machine would be refused as oversubscribed: the nodes' cores
+    # count, which Slurm hands out
+    code = main(["slurm", "bench", "--workers", "1,4,16", "--nodes", "8", "--scaling", "weak",
                  "--batch-size", "8", "--steps", "2", "--out", str(tmp_path / "s"), "--dry-run"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    nodes = [sbatch_lines(s)["--nodes"] for s in out.split("# ---- ")[1:]]
-    assert nodes == ["1", "4", "4"]
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    scripts = captured.out.split("# ---- ")[1:]
+    assert [sbatch_lines(s)["--nodes"] for s in scripts] == ["1", "4", "8"]
+    assert all("--oversubscribe" not in srun_words(s) for s in scripts)
+    assert "oversubscribe" not in captured.out.splitlines()[0]  # the plan as the user gave it
 
 
 def test_study_bad_input_is_one_line(tmp_path, capsys):

@@ -216,12 +216,19 @@ def study_plan(args: argparse.Namespace):
     args.threads = getattr(args, "threads", opts.cpus_per_task)
     if opts.gpus_per_node:
         args.device = "cuda"
+    # the jobs' cores are the nodes' and Slurm hands them out: the trainer's check of a local
+    # launch against this machine's cores does not apply, so plan past it, then drop the flag
+    lifted = not hasattr(args, "oversubscribe")
+    args.oversubscribe = True
     with workers_elsewhere(max(1, per_node) * opts.nodes):
         args.dry_run = True  # plan as for another machine: its GPUs are on the nodes
         try:
             inputs, jobs, study = plan_from_args(args)
         finally:
             args.dry_run = not args.submit
+    if lifted:
+        for held in (inputs.parameters, *(j.params for j in jobs), *(j.train for j in jobs)):
+            held.pop("oversubscribe", None)
     jobs = [dataclasses.replace(job, train=study_train(job, opts)) for job in jobs]
     return inputs, jobs, study, opts
 
