@@ -208,3 +208,59 @@ def test_the_gradient_of_a_one_worker_run_is_counted_from_its_model(tmp_path):
     pred = predict(Options([str(study)], interconnect="loopback", workers=(1, 2)))
     assert pred.model.gradient_bytes == 605224
     assert {i.name: i.how for i in pred.model.inputs}["gradient S"] == "counted"
+
+
+def test_a_noise_scale_recorded_by_training_is_measured(tmp_path):
+    rec = run_record(1)
+    rec["epochs"][-1]["noise_scale"] = 800.0  # the field training will record per epoch
+    study = write_study(tmp_path / "s", [rec])
+    pred = predict(Options([str(study)], interconnect="pcie", workers=(1, 4), params=1e6,
+                           scaling="weak"))
+    noise = {i.name: i for i in pred.model.inputs}["noise scale B_noise"]
+    assert noise.how == "measured" and pred.model.noise_scale == 800.0
+    assert pred.curves["weak"][1].steps_factor == pytest.approx((1 + 800 / 128) / (1 + 800 / 32))
+    given = predict(Options([str(study)], interconnect="pcie", workers=(1, 4), params=1e6,
+                            noise_scale=100.0))
+    assert {i.name: i.how for i in given.model.inputs}["noise scale B_noise"] == "assumed"
+
+
+def test_the_strategy_and_its_settings_come_from_the_records(tmp_path, capsys):
+    ps = run_record(2, sync_s=0.004)
+    ps["config"].update(sync="parameter-server", ps_servers=2)
+    ps["study"]["config_id"] += "-ps"
+    study = write_study(tmp_path / "s", [run_record(1), ps])
+    # two strategies in the records: which one to predict must be said
+    error = one_line_error(capsys, ["predict", str(study), "--interconnect", "pcie"])
+    assert "--sync" in error and "allreduce, parameter-server" in error
+    pred = predict(Options([str(study)], interconnect="pcie", workers=(1, 8),
+                           sync="parameter-server"))
+    assert pred.model.strategy.servers == 2 and not pred.model.strategy.overlaps
+    # the parameter server's bytes_per_step is S itself (run_record wrote the allreduce count)
+    assert pred.model.gradient_bytes == ps["derived"]["bytes_per_step"]
+
+
+def test_several_models_need_model(tmp_path, capsys):
+    other = run_record(1)
+    other["config"]["model"] = "lenet"
+    other["study"]["config_id"] += "-lenet"
+    study = write_study(tmp_path / "s", [run_record(1), other])
+    error = one_line_error(capsys, ["predict", str(study), "--interconnect", "pcie"])
+    assert "--model" in error and "lenet" in error and "smallcnn" in error
+    pred = predict(Options([str(study)], interconnect="pcie", workers=(1, 2), model="lenet"))
+    assert pred.subject.startswith("lenet on digits")
+
+
+def test_a_strong_study_without_one_worker_is_compared_relative_to_its_smallest_n(tmp_path):
+    records = []
+    for n in (2, 4):
+        rec = run_record(n, batch=64 // n, compute=COMPUTE * (64 // n) / 32)
+        rec["study"]["scaling"] = "strong"
+        rec["derived"].update(global_batch=64)
+        records.append(rec)
+    study = write_study(tmp_path / "s", records)
+    pred = predict(Options([str(study)], interconnect="nvlink", workers=(1, 2, 4), params=1e6))
+    assert list(pred.curves) == ["strong"] and pred.curves["strong"][0].global_batch == 64
+    (check,) = [c for c in pred.checks if c.workers == 4]
+    assert check.reference_workers == 2
+    x = {p.workers: p.throughput for p in pred.curves["strong"]}
+    assert check.predicted_efficiency == pytest.approx(2 * x[4] / (4 * x[2]))
