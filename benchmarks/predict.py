@@ -172,6 +172,8 @@ def main() -> int:
     parser.add_argument("--model", default="smallcnn")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help=f"where to write the results (default: {RESULTS.name} beside this)")
     parser.add_argument("--quiet-machine", type=float, default=60.0, metavar="MAX_S",
                         help="before each run, wait up to MAX_S seconds for other programs to "
                              "leave the cores (0: do not wait)")
@@ -234,8 +236,8 @@ def main() -> int:
         *table,
         "",
     ])
-    atomic_write_text(RESULTS, text)
-    print(f"wrote {RESULTS}")
+    atomic_write_text(args.results, text)
+    print(f"wrote {args.results}")
     return 0
 
 

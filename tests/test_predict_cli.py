@@ -92,6 +92,9 @@ def test_cpu_records_assume_no_overlap_and_a_foreign_backend_is_said(tmp_path):
                            workers=(1, 2), params=1e6))
     assert pred.model.overlap == 0.0
     assert any("measured with nccl, the runs with gloo" in n for n in pred.notes)
+    assert not any("compete for its cores" in n for n in pred.notes)  # 2 of the 8 cores
+    full = predict(Options([str(study)], interconnect="pcie", workers=(1, 2, 8, 16), params=1e6))
+    assert any("from N = 8 on that one machine" in n for n in full.notes)
 
 
 def test_compute_is_fitted_over_several_batches(tmp_path):

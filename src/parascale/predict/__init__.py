@@ -211,12 +211,32 @@ def predict(opts: Options) -> Prediction:
         if width and max(workers) > width:
             notes.append(f"the link was measured on {width} workers; beyond that it is assumed "
                          "to stay the same (one switch, no contention between links)")
+    notes += _shared_cores(records, workers)
     first = records[0]
     subject = (f"{first.model} on {first.dataset}, --sync {strategy.name}, "
                f"{len(records)} record(s) from {', '.join(opts.sources)}")
     measured = [c for c in checks(records, model) if c.mode in curves]
     return Prediction(subject, model, curves, measured, notes,
                       [str(s) for s in opts.sources])
+
+
+def _shared_cores(records: list[RunRecord], workers: list[int]) -> list[str]:
+    """A note when the records ran on CPUs and some N would fill their machine's cores: the
+    model sees separate devices, not processes competing for one machine (docs/predict.md)."""
+    ref = calibrate.reference(records)[0].record
+    if ref.get("environment", "device_type") != "cpu":
+        return []
+    cores = ref.get("machine", "cores", default=ref.get("environment", "cpu_count"))
+    threads = ref.get("derived", "threads_per_worker", default=1)
+    if not isinstance(cores, int) or not isinstance(threads, int) or threads < 1:
+        return []
+    full = [n for n in workers if n > 1 and n * threads >= cores]
+    if not full:
+        return []
+    return [f"the records ran on CPUs ({threads} thread(s) per worker, {cores} cores): from "
+            f"N = {full[0]} on that one machine, workers and gloo's threads compete for its cores, "
+            "which the model does not see (it predicts separate devices); there, expect less. "
+            "'parascale bench --baseline' measures that contention"]
 
 
 def write(pred: Prediction, out: str | Path) -> list[Path]:
