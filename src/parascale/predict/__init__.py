@@ -185,7 +185,7 @@ def predict(opts: Options) -> Prediction:
         given = (opts.gradient_bytes, "--gradient-bytes")
     model = calibrate.build(records, strategy, link, intra=intra, per_node=opts.gpus_per_node,
                             given_bytes=given, given_overlap=opts.overlap,
-                            given_noise=opts.noise_scale)
+                            given_noise=opts.noise_scale, strategy_given=opts.sync is not None)
     refs = calibrate.reference(records)
     batch = opts.batch_size or max(p.batch for p in refs)
     modes = [opts.scaling] if opts.scaling else \

@@ -188,7 +188,7 @@ def noise_scale(records: list[RunRecord], given: float | None) -> Input | None:
 def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
           intra: Link | None = None, per_node: int | None = None,
           given_bytes: tuple[float, str] | None = None, given_overlap: float | None = None,
-          given_noise: float | None = None) -> Model:
+          given_noise: float | None = None, strategy_given: bool = False) -> Model:
     """The calibrated model, with the list of its inputs and how each is known."""
     refs = reference(records)
     work, work_input = fit_work(refs)
@@ -212,9 +212,10 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
                            f"bytes on {link.fit['world_size']} workers (the line's miss at this "
                            "size, carried to every N)"))
     model.inputs = [work_input, other, size,
-                    Input("strategy", strategy.describe(), "", "given",
-                          f"{len(set(r.sync for r in records))} strategy in the records: "
-                          f"{', '.join(sorted(set(r.sync for r in records)))}"),
+                    Input("strategy", strategy.describe(), "",
+                          "given" if strategy_given else "measured",
+                          ("--sync; " if strategy_given else "what the records ran; ")
+                          + "the records ran " + ", ".join(sorted({r.sync for r in records}))),
                     Input("messages per exchange", buckets, "", "counted",
                           "DDP's buckets: 1 MiB first, then the record's bucket_mb" if
                           strategy.overlaps else "one exchange"),
