@@ -151,6 +151,15 @@ def assert_same(a: dict, b: dict, atol: float = 2e-5) -> None:
         torch.testing.assert_close(a[name], b[name], atol=atol, rtol=1e-4, msg=name)
 
 
+def one_line_error(capsys) -> str:
+    """What a refused command printed: exactly one line on stderr, and no traceback."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
 def wait_until(condition, timeout_s: float):
     """``condition()``'s first true value within ``timeout_s``, else its last value."""
     deadline = time.monotonic() + timeout_s

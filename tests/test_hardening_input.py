@@ -27,7 +27,7 @@ from parascale.errors import UsageError
 from parascale.report import load_records, summary_rows
 from parascale.report.plots import series_labels
 from parascale.report.tables import format_markdown, format_terminal
-from conftest import record, write_study
+from conftest import one_line_error, record, write_study
 
 TINY = {"model": "mlp", "dataset": "digits", "steps": 2, "timeout": 60.0}
 NESTED = "[" * 100_000 + "]" * 100_000  # 200 KB of brackets
@@ -39,14 +39,6 @@ def rec(folder: str, *args, **kwargs) -> dict:
     data = record(*args, **kwargs)
     data["study"]["config_id"] = folder
     return data
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 # --- item 2: summary.csv must not carry formulas ------------------------------------------------

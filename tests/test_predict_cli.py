@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import record, write_study
+from conftest import one_line_error, record, write_study
 from parascale.cli.main import main
 from parascale.predict import NAMES, Options, predict
 
@@ -156,34 +156,32 @@ def test_hierarchical_with_one_node_equals_flat(tmp_path):
     assert nodes.curves["weak"][3].comm_s == pytest.approx(inside + across)
 
 
-def one_line_error(capsys, argv: list[str]) -> str:
+def refused(capsys, argv: list[str]) -> str:
+    """The one line a refused command printed (exit code 2)."""
     assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
-    return lines[0]
+    return one_line_error(capsys)
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     study = write_study(tmp_path / "s", [run_record(1)])
     out = tmp_path / "out"
     base = ["predict", str(study), "--params", "1M", "--out", str(out)]
-    error = one_line_error(capsys, [*base, "--interconnect", "infiniband"])
+    error = refused(capsys, [*base, "--interconnect", "infiniband"])
     assert "unknown preset 'infiniband'" in error
     assert "nvlink, pcie, ib100, 25gbe, loopback" in error
-    error = one_line_error(capsys, [*base, "--interconnect", "pcie", "--workers", "0,3"])
+    error = refused(capsys, [*base, "--interconnect", "pcie", "--workers", "0,3"])
     assert "--workers 0,3" in error and "positive" in error
-    assert "not both" in one_line_error(capsys, base)
-    assert "unknown strategy" in one_line_error(
+    assert "not both" in refused(capsys, base)
+    assert "unknown strategy" in refused(
         capsys, [*base, "--interconnect", "pcie", "--sync", "gossip"])
-    assert "cannot read 'lots'" in one_line_error(
+    assert "cannot read 'lots'" in refused(
         capsys, ["predict", str(study), "--interconnect", "pcie", "--params", "lots"])
-    assert "no comm.json" in one_line_error(capsys, [*base, "--comm", str(tmp_path)])
+    assert "no comm.json" in refused(capsys, [*base, "--comm", str(tmp_path)])
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "comm.json").write_text('{"schema": "other"}')
-    assert "not a parascale comm record" in one_line_error(
+    assert "not a parascale comm record" in refused(
         capsys, [*base, "--comm", str(tmp_path / "bad")])
-    assert "does not exist" in one_line_error(
+    assert "does not exist" in refused(
         capsys, ["predict", str(tmp_path / "nothing"), "--interconnect", "pcie"])
     assert not out.exists()
 
@@ -192,7 +190,7 @@ def test_a_record_without_steady_step_times_says_what_is_missing(tmp_path, capsy
     rec = run_record(1)
     del rec["steps"]["phases"]["compute"]
     study = write_study(tmp_path / "s", [rec])
-    error = one_line_error(capsys, ["predict", str(study), "--interconnect", "pcie",
+    error = refused(capsys, ["predict", str(study), "--interconnect", "pcie",
                                     "--params", "1M"])
     assert "no steady step times" in error and "steps.phases.compute.mean" in error
 
@@ -201,7 +199,7 @@ def test_a_one_worker_record_of_an_unknown_model_asks_for_the_size(tmp_path, cap
     rec = run_record(1)
     rec["config"]["model"] = "mypkg.nets:tiny"  # cannot be built here to count
     study = write_study(tmp_path / "s", [rec])
-    error = one_line_error(capsys, ["predict", str(study), "--interconnect", "pcie"])
+    error = refused(capsys, ["predict", str(study), "--interconnect", "pcie"])
     assert "--params" in error and "--gradient-bytes" in error
 
 
@@ -233,7 +231,7 @@ def test_the_strategy_and_its_settings_come_from_the_records(tmp_path, capsys):
     ps["study"]["config_id"] += "-ps"
     study = write_study(tmp_path / "s", [run_record(1), ps])
     # two strategies in the records: which one to predict must be said
-    error = one_line_error(capsys, ["predict", str(study), "--interconnect", "pcie"])
+    error = refused(capsys, ["predict", str(study), "--interconnect", "pcie"])
     assert "--sync" in error and "allreduce, parameter-server" in error
     pred = predict(Options([str(study)], interconnect="pcie", workers=(1, 8),
                            sync="parameter-server"))
@@ -247,7 +245,7 @@ def test_several_models_need_model(tmp_path, capsys):
     other["config"]["model"] = "lenet"
     other["study"]["config_id"] += "-lenet"
     study = write_study(tmp_path / "s", [run_record(1), other])
-    error = one_line_error(capsys, ["predict", str(study), "--interconnect", "pcie"])
+    error = refused(capsys, ["predict", str(study), "--interconnect", "pcie"])
     assert "--model" in error and "lenet" in error and "smallcnn" in error
     pred = predict(Options([str(study)], interconnect="pcie", workers=(1, 2), model="lenet"))
     assert pred.subject.startswith("lenet on digits")

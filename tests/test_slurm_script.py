@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import one_line_error
 
 from parascale.cli.main import main
 from parascale.cluster import scheduler
@@ -18,14 +19,6 @@ from parascale.runtime.world import check_tasks, slurm_port
 def no_sinfo(monkeypatch):
     """The fast tier starts no process: plan studies against this machine's cores."""
     monkeypatch.setattr(scheduler, "cpus_per_node", lambda partition: None)
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def srun_words(script: str) -> list[str]:
