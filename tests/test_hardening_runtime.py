@@ -293,7 +293,8 @@ def test_a_failed_run_replaces_the_earlier_results_as_a_whole(tmp_path, monkeypa
     record = parascale.train({"workers": 2, "model": "mlp", "steps": 3, "timeout": 30.0,
                               "out": str(out)})
     assert record["status"] == "failed"
-    assert sorted(contents(out)) == ["record.json"]  # not the earlier run's model beside it
+    # not the earlier run's model beside it; its own log, to read what happened
+    assert sorted(contents(out)) == ["log.txt", "record.json"]
     assert json.loads((out / "record.json").read_text()) == record
     assert record["config"]["out"] == str(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -21,6 +21,7 @@ LR_SCHEDULES = ("constant", "cosine", "step")
 PRECISIONS = ("fp32", "bf16", "fp16")
 BACKENDS = ("auto", "gloo", "nccl")
 TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
+EPOCHS_SUFFIX = "e"  # --checkpoint-every 2e: every 2 epochs
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -151,10 +152,26 @@ class TrainConfig:
     """Port of the rendezvous store of a local launch (loopback only); default: a free port."""
     timeout: float = 300.0
     """Seconds a collective waits for a stuck worker; the job ends at most 2 s later (torch: 30 min)."""
+    max_restarts: int = 0
+    """When a worker fails, start every worker again from the newest checkpoint, at most this
+    many times, as torchrun's elastic agent does (from the beginning when there is none yet).
+    Not after running out of memory or a failure that would repeat (a diverging loss, an
+    unreadable file). Under torchrun, give torchrun --max-restarts instead."""
     out: str | None = None
-    """Folder for record.json and model.pt; nothing is written outside it."""
+    """Folder for record.json, model.pt and log.txt (the console output), and checkpoints/
+    with --checkpoint-every; nothing is written outside it."""
     save_model: bool = True
     """Write out/model.pt (the final state_dict, saved by rank 0)."""
+    checkpoint_every: int | str | None = None
+    """Write a checkpoint every N optimizer steps, or every N epochs as Ne (200, 1e), into
+    DIR/checkpoints: model, optimizer, position, the strategy's state and every RNG state, so
+    that --resume continues exactly (see docs/checkpoints.md)."""
+    keep: int = 3
+    """Checkpoints kept in DIR/checkpoints: the newest K; older ones are removed once a newer
+    one is complete."""
+    resume: bool = False
+    """Continue the run in --out from its newest valid checkpoint (a damaged one is skipped for
+    the one before, with a message); without any, start from the beginning."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -288,6 +305,7 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError("--stop-at-target needs --target-accuracy")
     if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:
         raise UsageError(f"--synthetic-shape is C,H,W with positive sizes, got {cfg.synthetic_shape}")
+    _validate_checkpoints(cfg)
     if cfg.gpus is not None:
         if cfg.workers is not None and cfg.workers != len(cfg.gpus):
             raise UsageError(f"--workers {cfg.workers} does not match --gpus "
@@ -296,6 +314,38 @@ def validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--gpus must list distinct device indices, got {cfg.gpus}")
         if cfg.device == "cpu":
             raise UsageError("--gpus conflicts with --device cpu")
+
+
+def checkpoint_interval(value: int | str | None) -> tuple[int, str] | None:
+    """``--checkpoint-every`` as (count, "steps" | "epochs"), or None when not given; a
+    UsageError quoting the value when it is neither N nor Ne with N a positive integer."""
+    if value is None:
+        return None
+    if _is_int(value) and value > 0:
+        return value, "steps"
+    text = value.strip().lower() if isinstance(value, str) else ""
+    count = text.removesuffix(EPOCHS_SUFFIX)
+    if text.endswith(EPOCHS_SUFFIX) and count.isdigit() and int(count) > 0:
+        return int(count), "epochs"
+    raise UsageError(f"--checkpoint-every is a number of steps (200) or of epochs (2e), "
+                     f"got {value!r}")
+
+
+def _validate_checkpoints(cfg: TrainConfig) -> None:
+    checkpoint_interval(cfg.checkpoint_every)
+    if cfg.keep < 1:
+        raise UsageError(f"--keep must be a positive integer (checkpoints kept), got {cfg.keep}")
+    if cfg.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be 0 or more, got {cfg.max_restarts}")
+
+
+def check_run_folder(cfg: TrainConfig) -> None:
+    """Checked when a run starts rather than in :func:`validate` (a study's configurations get
+    their folders later): checkpoints need a folder to live in."""
+    for name in ("checkpoint_every", "resume"):
+        if getattr(cfg, name) not in (None, False) and not cfg.out:
+            raise UsageError(f"--{name.replace('_', '-')} needs --out: checkpoints live in "
+                             "DIR/checkpoints, the folder of the run")
 
 
 def _validate_strategy_options(cfg: TrainConfig) -> None:

@@ -132,8 +132,9 @@ class StudyRunner:
         final = self.study / RUNS / job.folder
         staging = self.study / STAGING / job.folder
         final.mkdir(parents=True, exist_ok=True)
-        if (staging / "model.pt").exists():
-            (staging / "model.pt").replace(final / "model.pt")
+        for name in ("model.pt", rec.LOG_NAME):  # the run's model and console log
+            if (staging / name).exists():
+                (staging / name).replace(final / name)
         record["study"] = self._study_block(job)
         if isinstance(record.get("config"), dict):
             record["config"]["out"] = str(final)

@@ -17,7 +17,9 @@ Give the per-device batch (--batch-size) or the global batch (--global-batch), n
 other is derived and printed at start, with the effective learning rate.
 
 Writes DIR/record.json (the run record: configuration, environment, per-epoch and per-step
-measurements; see docs/record.md) and DIR/model.pt (the final state_dict), nothing else.
+measurements; see docs/record.md), DIR/model.pt (the final state_dict) and DIR/log.txt (what
+the run printed), nothing else; with --checkpoint-every also DIR/checkpoints/, from which
+--resume continues and --max-restarts restarts (docs/checkpoints.md).
 """
 
 EXAMPLES = """\
@@ -105,6 +107,10 @@ def busy_warning(machine: dict | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
     command_start = process_start()
     cfg = config_from_args(args)
+    if cfg.get("resume") and "out" not in cfg:  # the default --out is a new folder each time
+        from parascale.errors import UsageError
+
+        raise UsageError("--resume needs --out: the folder of the run to continue")
     cfg.setdefault("out", default_out(cfg))
     if _speaks():  # before torch is imported: that alone takes seconds
         print("parascale: checking the configuration and data...", flush=True)

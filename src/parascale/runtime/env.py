@@ -36,3 +36,48 @@ def available_cores() -> int:
 def cores_per_worker(workers: int) -> int:
     """This machine's cores shared among ``workers`` processes, at least one each."""
     return max(1, available_cores() // workers)
+
+
+# What the local launcher tells a worker about checkpoints, its console log and its attempt
+# (torchrun and srun workers find their checkpoints and log in --out and their attempt below).
+CHECKPOINTS_ENV = "PARASCALE_CHECKPOINTS"  # the real DIR/checkpoints (the workers write a staging folder)
+LOG_ENV = "PARASCALE_LOG"  # the console log rank 0 appends to
+RESUME_ENV = "PARASCALE_RESUME"  # JSON: the checkpoint to continue from, and why
+ATTEMPT_ENV = "PARASCALE_ATTEMPT"  # 0 for the first start, k after the k-th restart
+TORCHRUN_RESTARTS_ENV = "TORCHELASTIC_RESTART_COUNT"
+
+
+def attempt() -> int:
+    """Which start of the workers this is: 0 the first, k after the k-th restart (by
+    parascale's local launcher, or by torchrun's elastic agent)."""
+    text = os.environ.get(ATTEMPT_ENV) if os.environ.get(LOCAL_ENV) else \
+        os.environ.get(TORCHRUN_RESTARTS_ENV)
+    try:
+        return max(0, int(text or 0))
+    except ValueError:
+        return 0
+
+
+def restarted_by_torchrun() -> bool:
+    """torchrun's agent started these workers again after a failure (its --max-restarts)."""
+    return external_launcher() == "torchrun" and attempt() > 0
+
+
+def torchrun_restart_hazard() -> str | None:
+    """Why torchrun's restarts may fail to rejoin, or None. torch 2.5 and later share the
+    agent's rendezvous store with the workers, and a restarted attempt can then read the
+    failed attempt's addresses from it and fail to connect (pytorch/pytorch#135712: seen here
+    with gloo, and the fix does not cover it); TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in
+    torchrun's environment gives every attempt a store of its own."""
+    if external_launcher() != "torchrun" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") \
+            != "True":
+        return None
+    try:
+        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0)
+    except ValueError:
+        return None
+    if restarts <= 0:
+        return None
+    return ("torchrun shares its rendezvous store with the workers, so a restarted attempt may "
+            "read the failed one's addresses and fail to rejoin (pytorch/pytorch#135712); start "
+            "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment")

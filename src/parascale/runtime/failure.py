@@ -18,7 +18,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from parascale.errors import KnownFailure
+from parascale.errors import KnownFailure, UsageError
 from parascale.runtime.processes import exit_now
 
 DETAIL_LIMIT = 20_000  # characters of traceback kept for the record
@@ -54,13 +54,19 @@ def detail(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))[-DETAIL_LIMIT:]
 
 
+def repeats(exc: BaseException) -> bool:
+    """A failure that starting again from the same state would meet again (a diverging loss,
+    an unreadable file, input refused): a restart from a checkpoint cannot help."""
+    return isinstance(exc, (KnownFailure, UsageError)) and not getattr(exc, "secondary", False)
+
+
 def write_error_file(exc: BaseException) -> None:
     """Leave the cause where the local launcher looks for it (no-op under torchrun or srun)."""
     path = os.environ.get("PARASCALE_ERROR_FILE")
     if not path:
         return
     report = {"message": describe(exc), "secondary": is_secondary(exc),
-              "oom": is_out_of_memory(exc), "detail": detail(exc)}
+              "oom": is_out_of_memory(exc), "repeats": repeats(exc), "detail": detail(exc)}
     tmp = f"{path}.tmp"
     with open(tmp, "w") as handle:
         json.dump(report, handle)

@@ -12,6 +12,15 @@
 - ``oom@B``     every rank raises out-of-memory at its first step when the per-device batch is at
   least B (an out-of-memory error at the trainer boundary, for studies on machines without GPUs).
 
+Restarts (``--max-restarts``, torchrun's): an event (kill, raise, hang, nan, hog) happens in the
+first start of the workers only, so that a restarted job does not meet the same fault forever;
+``/A`` makes it happen in attempt A instead (0 the first start, 1 after the first restart...)
+and ``/*`` in every attempt (``kill@1:5/*`` exhausts any number of restarts). A condition
+(``slow``, ``oom``) holds in every attempt, as the machine it describes would. The attempt is
+the launcher's (``PARASCALE_ATTEMPT``) or torchrun's (``TORCHELASTIC_RESTART_COUNT``); a new
+command (``--resume``) is attempt 0 again, so unset the variable before resuming a run that
+a fault stopped.
+
 The launching process checks the variable in preflight (:func:`check`), so a malformed value is
 one line there rather than a traceback from every worker. Workers read it once per run; with
 none set this module costs one dictionary lookup a step.
@@ -27,23 +36,39 @@ from dataclasses import dataclass
 import torch
 
 from parascale.errors import UsageError
+from parascale.runtime.env import attempt as current_attempt
 
 ENV = "PARASCALE_FAULT"
-_FORM = re.compile(r"(kill|raise|hang|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)|oom@(\d+)")
+_FORM = re.compile(r"(kill|raise|hang|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)(?:/(\d+|\*))?"
+                   r"|oom@(\d+)")
+CONDITIONS = ("slow", "oom")  # hold in every attempt; the other kinds are events
+EVERY = "*"
 
 
-def parse(text: str) -> list[tuple[str, int | None, float]]:
-    """The faults in ``text`` as (kind, rank or None for every rank, step/seconds/batch)."""
+def _items(text: str) -> list[tuple[str, int | None, float, int | str]]:
+    """(kind, rank or None for every rank, step/seconds/batch, attempt or EVERY)."""
     found = []
     for item in text.split(",") if text.strip() else []:
         match = _FORM.fullmatch(item.strip())
         if not match:
             raise UsageError(f"{ENV}={text!r}: cannot read {item.strip()!r}; use kill@R:S, "
                              "raise@R:S, hang@R:S, nan@R:S, hog@R:S, slow@R:SECONDS or "
-                             "oom@BATCH (R a rank, S a step from 1), comma-separated")
-        kind, who, when, oom = match.groups()
-        found.append(("oom", None, int(oom)) if oom else (kind, int(who), float(when)))
+                             "oom@BATCH (R a rank, S a step from 1), comma-separated; an "
+                             "event may end in /A (attempt A only) or /* (every attempt)")
+        kind, who, when, attempt, oom = match.groups()
+        if oom:
+            found.append(("oom", None, int(oom), EVERY))
+        else:
+            default = EVERY if kind in CONDITIONS else 0
+            found.append((kind, int(who), float(when),
+                          default if attempt is None else
+                          EVERY if attempt == EVERY else int(attempt)))
     return found
+
+
+def parse(text: str) -> list[tuple[str, int | None, float]]:
+    """The faults in ``text`` as (kind, rank or None for every rank, step/seconds/batch)."""
+    return [(kind, who, value) for kind, who, value, _ in _items(text)]
 
 
 def check() -> None:
@@ -66,9 +91,13 @@ class Faults:
     oom_batch: int | None = None
 
     @classmethod
-    def from_env(cls, rank: int) -> Faults:
+    def from_env(cls, rank: int, attempt: int | None = None) -> Faults:
+        """The faults of ``rank`` in ``attempt`` (default: this process's, see the module)."""
+        attempt = current_attempt() if attempt is None else attempt
         found: dict = {}
-        for kind, who, value in parse(os.environ.get(ENV, "")):
+        for kind, who, value, when in _items(os.environ.get(ENV, "")):
+            if when != EVERY and when != attempt:
+                continue
             if kind == "oom":
                 found["oom_batch"] = int(value)
             elif who == rank:

@@ -19,6 +19,15 @@ at most ``timeout`` + :data:`STUCK_SLACK_S` seconds after its peers start waitin
 Ctrl-C or SIGTERM to the launcher stops the workers (SIGTERM, then SIGKILL after a grace
 period) and removes the job's folder; folders of launchers killed outright are removed by the
 next launch (:mod:`.scratch`).
+
+Restarts (``--max-restarts``), as torchrun's elastic agent does them: when an attempt fails,
+every worker is stopped and all are started again, at most K times, each told its attempt
+(``PARASCALE_ATTEMPT``) and what the caller wants it to know (the checkpoint to continue from).
+Not after running out of memory (the same batch on the same device runs out again, and a study
+records it as a result) nor after a failure that says it would repeat (a diverging loss, an
+unreadable file, input refused: ``runtime.failure.repeats``); anything else, a killed, crashed
+or stuck worker, may be a passing fault. A restart's store listens on a fresh port: torch's
+store would still hold the failed attempt's keys (its peers' addresses, its barrier counts).
 """
 from __future__ import annotations
 
@@ -30,7 +39,8 @@ import shutil
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.distributed as dist
@@ -38,6 +48,7 @@ import torch.distributed as dist
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
 from parascale.runtime import memory, processes
+from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.world import LOCAL_ENV
 
@@ -62,6 +73,15 @@ class Outcome:
     message: str = ""
     rank: int | None = None
     detail: str | None = None
+    #: the failure says it would happen again from the same state (``failure.repeats``)
+    repeats: bool = False
+    ended_at: float = field(default_factory=time.time)
+    #: the failed attempts before this one, each followed by a restart (oldest first)
+    earlier: list[Outcome] = field(default_factory=list)
+
+    @property
+    def restartable(self) -> bool:
+        return self.status == "failed" and not self.repeats
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -215,7 +235,7 @@ class LocalJob:
         if primary:
             rank = primary[0]
             return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank,
-                           reports[rank].get("detail"))
+                           reports[rank].get("detail"), bool(reports[rank].get("repeats")))
         if running_then:
             rank = running_then[0]
             others = ", ".join(map(str, sorted(reports)))
@@ -251,9 +271,27 @@ class LocalJob:
 
 
 def launch(module: str, size: int, env: dict[str, str], port: int | None = None,
-           threads: int = 1, store: dist.TCPStore | None = None) -> Outcome:
+           threads: int = 1, store: dist.TCPStore | None = None, max_restarts: int = 0,
+           restart: Callable[[int, Outcome], dict[str, str]] | None = None) -> Outcome:
     """Run ``python -m module`` as ``size`` ranks and wait; Ctrl-C and SIGTERM stop every
-    worker. ``store``: one already opened with :func:`open_store` (else one on ``port``)."""
+    worker. ``store``: one already opened with :func:`open_store` (else one on ``port``).
+
+    ``max_restarts``: start every worker again after a failure that allows it (module
+    docstring), at most this many times; ``restart(attempt, failed)`` gives the environment
+    changes of attempt ``attempt`` (1 for the first restart). The outcome is the last
+    attempt's, with the ones restarted before it in ``earlier``.
+    """
     with sigterm_interrupts():
-        job = LocalJob(module, size, env, store or open_store(port), threads)
-        return job.run()
+        store = store or open_store(port)
+        earlier: list[Outcome] = []
+        for attempt in range(max_restarts + 1):
+            if attempt:
+                env = {**env, **(restart(attempt, earlier[-1]) if restart else {})}
+                store = open_store()  # the failed attempt's keys stay in the old one
+            outcome = LocalJob(module, size, {**env, ATTEMPT_ENV: str(attempt)}, store,
+                               threads).run()
+            if not outcome.restartable or attempt == max_restarts:
+                break
+            earlier.append(outcome)
+        outcome.earlier = earlier
+        return outcome

@@ -48,7 +48,15 @@ class AllReduce(Strategy):
 
     name = "allreduce"
     exchanges_every_step = True
+    replicas_agree = True
     declares = compression.OPTIONS
+
+    @classmethod
+    def refuse(cls, cfg) -> str | None:
+        if cfg.compression == "powersgd" and (cfg.checkpoint_every is not None or cfg.resume):
+            return ("--compression powersgd keeps error feedback per DDP bucket, which a "
+                    "checkpoint does not hold; checkpoint with --compression none, fp16 or bf16")
+        return None
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self._clock = None

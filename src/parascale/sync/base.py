@@ -12,6 +12,11 @@ A training step, as the loop runs it::
     ...
     strategy.finish()                           # once, after the last step (collective)
 
+A checkpoint (``--checkpoint-every``) asks every rank for ``strategy.state_dict()`` between
+two steps and gives it back through ``load_state_dict`` after ``wrap`` on resume, once the
+model and optimizer are restored. ``replicas_agree`` says whether a checkpoint may keep rank
+0's model and optimizer alone, or must keep every rank's.
+
 Strategies that overlap communication with backward (DDP) do their work inside backward and
 report, through ``compute_end``, the moment the last gradient was ready: the wait after it is
 exposed synchronisation, so the clock moves it from "compute" to "sync". Strategies that
@@ -44,6 +49,9 @@ class Strategy:
     exchanges_every_step = False
     #: this strategy's options (sync/options.py); --sync none ignores every strategy's
     declares: tuple[Option, ...] = ()
+    #: True when every rank's model and optimizer state are the same after every step (the
+    #: ranks exchange gradients synchronously): a checkpoint then keeps rank 0's alone
+    replicas_agree = False
 
     @classmethod
     def refuse(cls, cfg: TrainConfig) -> str | None:
@@ -117,6 +125,18 @@ class Strategy:
         if self.world.size > 1 and self.exchanges_gradients:
             for buffer in self.local_module().buffers():
                 dist.broadcast(buffer, src=0)
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state beyond the model and the optimizer, for a checkpoint: what the
+        strategy needs to go on exactly where it was (steps since the last average, a parameter
+        server's momentum...), and what ``measurements`` will report. Collective: every rank
+        calls it after the same step. Tensors, numbers, strings, lists and dicts only (the file
+        is read with ``weights_only=True``)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (this rank's ``state_dict()`` of the checkpoint), after
+        ``wrap`` and after the model and the optimizer were restored. Collective."""
 
     def options(self) -> dict[str, Any]:
         """Strategy settings for the run record (``derived.sync_options``): the declared

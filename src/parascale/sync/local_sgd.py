@@ -89,6 +89,14 @@ class LocalSGD(Strategy):
         """The replica, or after ``before_evaluation`` the average of all replicas."""
         return self._copy if self._show_copy else super().local_module()
 
+    def state_dict(self) -> dict:
+        # each rank's replica and momentum are its own: the checkpoint keeps every rank's
+        return {"steps_since_average": self.steps_since_average, "averages": self.averages}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps_since_average = int(state["steps_since_average"])
+        self.averages = int(state["averages"])
+
     def options(self) -> dict:
         return {**super().options(), "bytes_per_average": self.bytes_per_average}
 

@@ -146,6 +146,10 @@ class ParameterServer(Strategy):
     def exchanges_every_step(self) -> bool:  # sync: the servers wait for every worker
         return self.cfg.ps_mode == "sync"
 
+    @property
+    def replicas_agree(self) -> bool:  # sync: every worker copies the same reply each step
+        return self.cfg.ps_mode == "sync"
+
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model
         world, cfg = self.world, self.cfg
@@ -228,6 +232,69 @@ class ParameterServer(Strategy):
             if kind == proto.PUSH:  # updates by others between this worker's pull and push
                 self.staleness.append(version - self.versions[s] - 1)
             self.versions[s] = version
+
+    def _checkpoint_round(self, kind: int) -> bool:
+        """Send ``kind`` (SNAPSHOT or RESTORE) to every server where this worker takes part:
+        every worker in sync mode (a round is one kind), worker 0 alone in async mode. Whether
+        this worker is the one the servers answer (worker 0)."""
+        if self.cfg.ps_mode == "async" and not self.world.is_main:
+            return False
+        if not self.world.is_main:
+            for header in self.headers:
+                header.zero_()
+                header[0] = kind
+            self._wait([self.pg.send([h], self.world.size + s, proto.HEADER)
+                        for s, h in enumerate(self.headers)])
+        return self.world.is_main
+
+    def state_dict(self) -> dict:
+        """The versions and staleness this worker saw; on worker 0 also every server's shard,
+        momentum buffer and version, fetched with SNAPSHOT (the servers did the updates)."""
+        state: dict[str, Any] = {"versions": list(self.versions),
+                                 "staleness": list(self.staleness)}
+        if not self._checkpoint_round(proto.SNAPSHOT):
+            return state
+        n, servers = self.world.size, []
+        for s, (a, b) in enumerate(self.bounds):
+            header = self.headers[s]
+            header.zero_()
+            header[0] = proto.SNAPSHOT
+            facts = torch.zeros(2, dtype=torch.float64)
+            param = torch.empty(b - a, dtype=self.flat.dtype)
+            self._wait([self.pg.send([header], n + s, proto.HEADER),
+                        self.pg.recv([facts], n + s, proto.STATE),
+                        self.pg.recv([param], n + s, proto.PARAMS)])
+            momentum = None
+            if facts[1]:
+                momentum = torch.empty_like(param)
+                self.pg.recv([momentum], n + s, proto.MOMENTUM).wait()
+            servers.append({"version": int(facts[0]), "param": param, "momentum": momentum})
+        state["servers"] = servers
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Give every server its shard, momentum and version back (RESTORE, from worker 0);
+        the model, restored already, is the parameters. The workers wait for worker 0 before
+        anyone pushes, so no gradient meets a server that is not restored yet."""
+        self.versions = [int(v) for v in state["versions"]]
+        self.staleness = [int(v) for v in state["staleness"]]
+        self.flat.gather_params(self.params)
+        if self._checkpoint_round(proto.RESTORE):
+            n = self.world.size
+            for s, ((a, b), saved) in enumerate(zip(self.bounds, state["servers"])):
+                header = self.headers[s]
+                header.zero_()
+                header[0], header[1] = proto.RESTORE, saved["version"]
+                header[2] = saved["momentum"] is not None
+                facts = torch.zeros(2, dtype=torch.float64)
+                works = [self.pg.send([header], n + s, proto.HEADER),
+                         self.pg.send([saved["param"].to(self.flat.dtype).contiguous()], n + s,
+                                      proto.PARAMS)]
+                if saved["momentum"] is not None:
+                    works.append(self.pg.send([saved["momentum"].contiguous()], n + s,
+                                              proto.MOMENTUM))
+                self._wait(works + [self.pg.recv([facts], n + s, proto.STATE)])
+        dist.barrier()
 
     def synchronize(self, optimizer: torch.optim.Optimizer) -> None:
         self.flat.gather_grads(self.grads)

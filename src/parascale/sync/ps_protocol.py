@@ -12,6 +12,15 @@ CPU; tags tell the messages apart:
 - server -> worker, ``REPLY`` (float64[1]): the shard's version after the request, then
   ``PARAMS``: the shard itself. STOP gets no reply.
 - worker 0 -> server, ``INIT``: the initial shard, once, before anything else.
+
+Checkpoints (the servers hold the parameters and the momentum, so a checkpoint must ask them):
+
+- ``SNAPSHOT``: worker 0 gets ``STATE`` (float64[2]: the shard's version, whether a momentum
+  buffer follows), then ``PARAMS`` and, if there is one, ``MOMENTUM``. In sync mode every
+  worker sends the header (a round is one kind); only worker 0 gets the reply.
+- ``RESTORE``: worker 0 sends ``PARAMS`` and, if header[2] says so, ``MOMENTUM``; header[1] is
+  the version to go on from. The server answers ``STATE`` to worker 0 once it holds them. In
+  sync mode every worker sends the header, in async mode worker 0 alone (before any push).
 """
 from __future__ import annotations
 
@@ -23,8 +32,9 @@ import torch
 
 ENV = "PARASCALE_PS_SERVER"
 PREFIX = "parascale-ps/"
-HEADER, GRAD, REPLY, PARAMS, INIT = range(5)
-PUSH, PULL, STOP = 1, 2, 3
+HEADER, GRAD, REPLY, PARAMS, INIT, MOMENTUM, STATE = range(7)
+PUSH, PULL, STOP, SNAPSHOT, RESTORE = 1, 2, 3, 4, 5
+CHECKPOINT_KINDS = (SNAPSHOT, RESTORE)
 HEADER_SIZE = 7
 
 
@@ -75,6 +85,30 @@ class Shard:
         self.param = param
         self.state: dict = {}
         self.version = 0
+
+    def checkpoint(self, pg, kind: int, header: torch.Tensor) -> None:
+        """Answer worker 0's SNAPSHOT or RESTORE (module docstring); the caller holds any lock."""
+        state = torch.zeros(2, dtype=torch.float64)
+        if kind == SNAPSHOT:
+            momentum = self.state.get("momentum_buffer")
+            state[0], state[1] = self.version, momentum is not None
+            works = [pg.send([state], 0, STATE), pg.send([self.param], 0, PARAMS)]
+            if momentum is not None:
+                works.append(pg.send([momentum], 0, MOMENTUM))
+        else:
+            received = [pg.recv([self.param], 0, PARAMS)]
+            if header[2]:
+                momentum = self.state.setdefault("momentum_buffer", torch.empty_like(self.param))
+                received.append(pg.recv([momentum], 0, MOMENTUM))
+            else:
+                self.state.pop("momentum_buffer", None)
+            for work in received:
+                work.wait()
+            self.version = int(header[1])
+            state[0], state[1] = self.version, bool(header[2])
+            works = [pg.send([state], 0, STATE)]
+        for work in works:
+            work.wait()
 
     def apply(self, grad: torch.Tensor, header: torch.Tensor) -> None:
         _, _, lr, momentum, dampening, weight_decay, nesterov = header.tolist()

@@ -6,7 +6,8 @@ workers' default group so that the trainer's collectives never wait on a server.
 
 ``sync``: each round the server waits for a header from every worker; on PUSH it averages the N
 gradients (summed in rank order, divided by N), takes one SGD step and sends the new shard to
-all; on PULL it sends the shard; on STOP it leaves. ``async``: one thread per worker receives
+all; on PULL it sends the shard; on STOP it leaves; on SNAPSHOT and RESTORE (checkpoints) it
+gives worker 0 its shard and momentum, or takes them from it. ``async``: one thread per worker receives
 that worker's requests; each pushed gradient is divided by N (its weight in the synchronous
 average) and applied at once under a lock, and only that worker gets the fresh shard back.
 
@@ -28,8 +29,8 @@ import torch.distributed as dist
 
 from parascale.runtime import processes
 from parascale.sync import compression
-from parascale.sync.ps_protocol import (GRAD, HEADER, HEADER_SIZE, INIT, PARAMS, PREFIX, PUSH,
-                                        REPLY, STOP, Shard, Spec)
+from parascale.sync.ps_protocol import (CHECKPOINT_KINDS, GRAD, HEADER, HEADER_SIZE, INIT,
+                                        PARAMS, PREFIX, PUSH, REPLY, STOP, Shard, Spec)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -68,6 +69,9 @@ def serve_sync(pg, shard: Shard, workers: int, squeeze: compression.Compressor) 
         kind = kinds.pop()
         if kind == STOP:
             return
+        if kind in CHECKPOINT_KINDS:  # with worker 0 alone; the others only sent the header
+            shard.checkpoint(pg, kind, headers[0])
+            continue
         if kind == PUSH:
             _wait([pg.recv([grads[w]], w, GRAD) for w in range(workers)])
             squeeze.decompress(grads[0], total)
@@ -94,6 +98,10 @@ def serve_async(pg, shard: Shard, workers: int, squeeze: compression.Compressor)
                 kind = int(header[0])
                 if kind == STOP:
                     return
+                if kind in CHECKPOINT_KINDS:  # worker 0 alone sends these in async mode
+                    with lock:
+                        shard.checkpoint(pg, kind, header)
+                    continue
                 if kind == PUSH:
                     pg.recv([wire], worker, GRAD).wait()
                     squeeze.decompress(wire, grad).div_(workers)  # its weight in the synchronous average

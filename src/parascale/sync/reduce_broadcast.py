@@ -28,6 +28,7 @@ ROOT = 0
 class ReduceBroadcast(Strategy):
     name = "reduce-broadcast"
     exchanges_every_step = True
+    replicas_agree = True  # compressors here are casts: no state between steps
     declares = compression.OPTIONS
 
     @classmethod

@@ -198,6 +198,30 @@ class SMA(Strategy):
             self.distances = self.distances[::2]
             self._stride *= 2
 
+    def state_dict(self) -> dict:
+        """The central model (parameters and batch-norm statistics) and its momentum, the
+        schedule's last rate, the counters and the measurements; the learners are the trained
+        module, which the checkpoint keeps for every rank."""
+        if self._old is not None:  # taken in step() and used in after_step(): never between
+            raise RuntimeError("SMA state asked for in the middle of a step")
+        return {"central": {k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                "delta_prev": self.delta_prev.clone(), "steps_since": self.steps_since,
+                "syncs": self.syncs, "resets": self.resets, "rate": self._rate,
+                "drop": self._drop, "distances": [dict(d) for d in self.distances],
+                "stride": self._stride, "central_spread": self.central_spread,
+                "tuning": [dict(t) for t in self.tuning]}
+
+    @torch.no_grad()
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["central"])
+        self.central.gather_params(self.z)
+        self.delta_prev.copy_(state["delta_prev"])
+        self.steps_since, self.syncs = int(state["steps_since"]), int(state["syncs"])
+        self.resets, self._rate, self._drop = int(state["resets"]), state["rate"], state["drop"]
+        self.distances = [dict(d) for d in state["distances"]]
+        self._stride, self.central_spread = int(state["stride"]), float(state["central_spread"])
+        self.tuning = [dict(t) for t in state["tuning"]]
+
     def before_evaluation(self) -> None:
         """z already agrees on every rank (the same corrections, all-reduced)."""
 

@@ -7,14 +7,19 @@ batch divides and fits the data set, whether --out can be written, and (for a lo
 whether the machine has the cores for the workers and threads asked for.
 
 A local run's workers write into a staging folder beside --out; the results replace the previous
-ones in --out only when the run has its own (see :mod:`parascale.runtime.staging`).
+ones in --out only when the run has its own (see :mod:`parascale.runtime.staging`): the record,
+the model and the console log (``log.txt``). Checkpoints are not results: they live in
+``--out/checkpoints`` from the moment they are written, beside the unfinished run's log, so
+that they outlast a failure, a restart and the launcher itself (docs/checkpoints.md).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +27,9 @@ from typing import Any
 
 from parascale import data, models, sync
 from parascale.batch import Plan, make_plan
-from parascale.config import TrainConfig, validate
-from parascale.runtime.env import available_cores, cores_per_worker
+from parascale.config import TrainConfig, check_run_folder, validate
+from parascale.runtime.env import (CHECKPOINTS_ENV, LOG_ENV, RESUME_ENV, available_cores,
+                                   cores_per_worker)
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size, launch,
@@ -31,6 +37,8 @@ from parascale.runtime import (check_oversubscription, external_launcher, extern
 from parascale.runtime.staging import produce
 from parascale.runtime import faults
 from parascale import record as rec
+from parascale.training import checkpoint, resume
+from parascale.training.console import ConsoleLog
 from parascale.training.loop import run_worker
 
 __all__ = ["train", "preflight", "world_size_for"]
@@ -71,6 +79,7 @@ def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str
                          "on GPUs); leave it out on CPU workers")
     if cfg.out:
         check_writable_folder(cfg.out)
+        resume.refuse_fresh_start(cfg)
     memo = {} if memo is None else memo
     # built once per data set in this process, and handed to the local workers (data.handover)
     facts = data.prepare(cfg, keep=not external_launcher())
@@ -147,17 +156,29 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
     called = time.time()
     cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
     validate(cfg)
+    check_run_folder(cfg)
     size = world_size_for(cfg)
     if cfg.gpus is None and cfg.workers is not None and external_launcher() \
             and cfg.workers != size:
         raise UsageError(f"--workers {cfg.workers} does not match the {size} processes started "
                          f"by {external_launcher()}; leave --workers out under a launcher")
+    if cfg.max_restarts and external_launcher():
+        raise UsageError(f"--max-restarts restarts the workers of parascale's own launch, not "
+                         f"{external_launcher()}'s; under torchrun give torchrun --max-restarts "
+                         "(parascale continues its restarted workers from the newest checkpoint)")
     derived = preflight(cfg, size)
     if external_launcher():
         return run_worker(cfg, teardown) or {}
     since = ("process start", command_start) if command_start is not None \
         else ("train() call", called)
-    return _launch_local(cfg, size, derived, since)
+    said: list[str] = []  # lines said before the log exists, for the log
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        said.append(line)
+
+    choice = resume.first_choice(cfg, size, derived["total_steps"], say)
+    return _launch_local(cfg, size, derived, since, choice, said)
 
 
 def _timing(record: dict[str, Any], since: tuple[str, float]) -> dict[str, Any]:
@@ -172,28 +193,89 @@ def _timing(record: dict[str, Any], since: tuple[str, float]) -> dict[str, Any]:
 
 
 def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any],
-                  since: tuple[str, float]) -> dict[str, Any]:
+                  since: tuple[str, float], choice: resume.Choice | None = None,
+                  said: list[str] | None = None) -> dict[str, Any]:
     store = open_store(cfg.port)  # a busy --port is refused before anything is written
     return produce(cfg.out, "parascale-run-",
-                   lambda folder: _run_job(cfg, size, derived, store, folder, since),
-                   rec.RECORD_NAME, rec.dumps, companions=(rec.MODEL_NAME,))
+                   lambda folder: _run_job(cfg, size, derived, store, folder, since, choice,
+                                           said or []),
+                   rec.RECORD_NAME, rec.dumps, companions=(rec.MODEL_NAME, rec.LOG_NAME))
+
+
+def _open_log(cfg: TrainConfig, folder: Path) -> ConsoleLog | None:
+    """The run's console log: beside the checkpoints while the run is unfinished when it keeps
+    any (so that it outlasts a failure or an interruption, and a resumed run goes on writing
+    it), else in the staging folder; nothing without --out (nothing is kept)."""
+    if not cfg.out:
+        return None
+    if resume.checkpointing(cfg):
+        return ConsoleLog(checkpoint.folder_of(cfg.out) / checkpoint.LOG_NAME,
+                          fresh=not cfg.resume)
+    return ConsoleLog(folder / rec.LOG_NAME, fresh=True)
 
 
 def _run_job(cfg: TrainConfig, size: int, derived: dict[str, Any], store,
-             folder: Path, since: tuple[str, float]) -> dict[str, Any]:
-    """Run the workers writing into ``folder``; the record, ``config.out`` as the user gave it."""
+             folder: Path, since: tuple[str, float], choice: resume.Choice | None,
+             said: list[str]) -> dict[str, Any]:
+    """Run the workers writing into ``folder`` (again from the newest checkpoint after a
+    failure, up to --max-restarts times); the record, ``config.out`` as the user gave it."""
     resolved = dataclasses.replace(cfg, workers=size, out=str(folder),
                                    save_model=cfg.save_model and cfg.out is not None)
-    print(f"parascale: starting {size} worker{'s' if size > 1 else ''}...", flush=True)
-    outcome = launch("parascale.training.worker", size,
-                     {"PARASCALE_CONFIG": json.dumps(resolved.to_dict()),
-                      **data.handover_env(cfg)},
-                     threads=threads_per_worker(cfg, size), store=store)
+    log = _open_log(cfg, folder)
+    checkpoints = checkpoint.folder_of(cfg.out) if cfg.out else None
+    restarts: list[dict[str, Any]] = []
+
+    def next_attempt(attempt: int, failed) -> dict[str, str]:
+        chosen = resume.choose(cfg, size, derived["total_steps"], "restart", rank=failed.rank,
+                               reason=failed.message) if resume.checkpointing(cfg) else None
+        restarts.append({"at": _iso(failed.ended_at), "attempt": attempt, "rank": failed.rank,
+                         "reason": failed.message, "from_step": chosen and chosen.step,
+                         "checkpoint": chosen and chosen.label})
+        print(f"parascale: {failed.message}; restarting every worker from "
+              f"{chosen.label if chosen else 'the beginning'} (restart {attempt} of "
+              f"{cfg.max_restarts})", flush=True)
+        return {RESUME_ENV: chosen.to_env() if chosen else ""}
+
+    env = {"PARASCALE_CONFIG": json.dumps(resolved.to_dict()), **data.handover_env(cfg),
+           CHECKPOINTS_ENV: str(checkpoints or ""), LOG_ENV: str(log.path) if log else "",
+           RESUME_ENV: choice.to_env() if choice else ""}
+    try:
+        with log.tee() if log else contextlib.nullcontext():
+            if log:
+                log.line(f"--- parascale train, local launch of {size} worker(s), "
+                         f"{rec.now()} ---")
+                for line in said:
+                    log.line(line)
+            print(f"parascale: starting {size} worker{'s' if size > 1 else ''}...", flush=True)
+            outcome = launch("parascale.training.worker", size, env,
+                             threads=threads_per_worker(cfg, size), store=store,
+                             max_restarts=cfg.max_restarts, restart=next_attempt)
+    except BaseException:  # interrupted: the log said so, and stays where it is
+        if log:
+            log.close()
+        raise
     if outcome.status == "ok":
         record = json.loads((folder / rec.RECORD_NAME).read_text())
         record["config"]["out"] = cfg.out
         record["timing"] = _timing(record, since)
-        return record
-    (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
-    return rec.failure_record({**resolved.to_dict(), "out": cfg.out}, outcome.status,
-                              outcome.message, derived, detail=outcome.detail)
+        record["restarts"] = restarts
+    else:
+        (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
+        record = rec.failure_record({**resolved.to_dict(), "out": cfg.out}, outcome.status,
+                                    outcome.message, derived, detail=outcome.detail)
+        record["restarts"] = restarts
+        record["resumed"] = [choice.entry()] if choice else None
+    if log:
+        ending = {"ok": "finished", "failed": "failed", "oom": "ran out of memory"}
+        after = f" after {len(restarts)} restart(s)" if restarts else ""
+        log.line(f"parascale: {ending.get(outcome.status, outcome.status)} at {rec.now()}"
+                 f"{after}" + ("" if outcome.status == "ok" else f": {outcome.message}"))
+        log.close()
+        if log.path != folder / rec.LOG_NAME:  # the result set gets the whole log so far
+            shutil.copyfile(log.path, folder / rec.LOG_NAME)
+    return record
+
+
+def _iso(moment: float) -> str:
+    return datetime.datetime.fromtimestamp(moment, datetime.timezone.utc) \
+        .isoformat(timespec="seconds")

@@ -30,12 +30,16 @@ def _affinity() -> list[int] | None:
 
 def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
              steady: tuple[list[list[float]], str, str], tta: dict | None, times: dict,
-             window: dict, search: dict | None = None) -> dict | None:
+             window: dict, search: dict | None = None,
+             continuity: dict | None = None) -> dict | None:
     """Collective: every rank must call it. Rank 0 writes model.pt, then record.json.
 
     ``steady`` is this rank's steady step rows, what was left out of them and which steps they
     are; ``window`` its share of the contention measurement (``CpuWatch.end_window``);
-    ``search``: the trial's number and the epoch it was pruned after, in a hyperparameter search.
+    ``search``: the trial's number and the epoch it was pruned after, in a hyperparameter search;
+    ``continuity``: the record's ``resumed``, ``restarts`` and ``checkpoints`` sections.
+    ``times``: ``total_s`` is the run's training time (earlier attempts' up to the checkpoint
+    this one resumed included), ``training_s`` this attempt's.
     """
     steady_rows, excluded, steps_source = steady
     mine = {"rows": steady_rows, "memory": peak_memory(world.device),
@@ -69,13 +73,15 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
         "sync": strategy.measurements(),
         "machine": machine_section([g["window"] for g in gathered]),
         # the local launcher adds the command's own times once the workers have ended
-        "timing": {"training_s": times["total_s"], "first_step_at": times["first_step_at"]}
+        "timing": {"training_s": times.get("training_s", times["total_s"]),
+                   "first_step_at": times["first_step_at"]}
         if world.launcher == "local" else None,
+        **(continuity or {"resumed": None, "restarts": [], "checkpoints": None}),
         "summary": {
             "setup_time_s": times["setup_s"], "total_time_s": times["total_s"],
             **steady_figures(epochs, rows, steps_source, plan.steps_per_epoch,
                              plan.derived.global_batch),
-            "warmup_included": len(epochs) == 1,
+            "warmup_included": all(e["warmup"] for e in epochs),
             "final_test_accuracy": tested[-1]["test_accuracy"] if tested else None,
             "final_test_loss": tested[-1]["test_loss"] if tested else None,
             **({"final_val_accuracy": tested[-1].get("val_accuracy")}

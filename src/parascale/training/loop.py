@@ -24,13 +24,16 @@ from parascale.config import TrainConfig
 from parascale.hpo.judge import Judge
 from parascale.record import now
 from parascale.runtime import World, joined, resolve_backend, resolve_device_type
+from parascale.runtime import env
 from parascale.runtime.faults import Faults
+from parascale.training import checkpoint, console, resume, state
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
 from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
-from parascale.training.measure import StepClock
+from parascale.training.keeper import Keeper
+from parascale.training.measure import StepClock, spans
 from parascale.training.sampling import train_shard
 
 
@@ -42,7 +45,17 @@ def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     backend = resolve_backend(cfg.backend, device_type)
     with joined(device_type, backend, cfg.gpus, cfg.timeout, teardown) as world:
-        return _train(cfg, world)
+        log = console.worker_log(cfg, world)
+        if log is None:
+            return _train(cfg, world)
+        try:
+            with log.tee():
+                record = _train(cfg, world)
+            if world.launcher != "local":  # the local launcher says how its job ended
+                log.line(f"parascale: finished at {now()}")
+            return record
+        finally:
+            log.close()
 
 
 def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -82,6 +95,24 @@ class _Run:
     step: int = 0
     tuning_s: float = 0.0  # --learners auto's trial steps, before the first epoch
     judge: Any = None  # a hyperparameter search's pruner (parascale.hpo.judge), in a trial
+    keeper: Keeper | None = None  # writes checkpoints when due (--checkpoint-every)
+    epochs: list[dict] = field(default_factory=list)  # the record's entries so far
+    tta: dict | None = None
+    rows: dict[int, list[list[float]]] = field(default_factory=dict)  # step rows per epoch
+    warm: set[int] = field(default_factory=lambda: {1})  # warm-up epochs: 1, each resume's
+    t_start: float = 0.0  # perf_counter at step 0 of the run (earlier attempts' time included)
+    elapsed_before: float = 0.0  # training time before the checkpoint this attempt resumed
+    position: dict[str, int] = field(default_factory=lambda: {"step": 0, "epoch": 1, "done": 0})
+    epoch_part: dict | None = None  # the resumed epoch's measurements before the checkpoint
+    resumed: list[dict] = field(default_factory=list)  # every resume of the run, oldest first
+    choice: resume.Choice | None = None
+    learners: int | None = None  # SMA's count, resolved (auto is tuned once per run)
+
+    def progress(self) -> dict[str, Any]:
+        """What the record needs from before a checkpoint (see training/state.py)."""
+        return {"epochs": [dict(e) for e in self.epochs], "tta": self.tta,
+                "elapsed_s": time.perf_counter() - self.t_start, "warm": sorted(self.warm),
+                "resumed": [dict(r) for r in self.resumed], "learners": self.learners}
 
 
 def _train(cfg: TrainConfig, world: World) -> dict | None:
@@ -89,40 +120,53 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
     run = _set_up(cfg, world)
     # the tuner's steps were training time: they count towards time-to-accuracy
     setup_s = time.perf_counter() - t_setup - run.tuning_s
-    t_start, first_step_at = time.perf_counter() - run.tuning_s, time.time() - run.tuning_s
-    epochs, tta, pruned = [], None, None
-    warmup_rows: list[list[float]] = []
-    steady_rows: list[list[float]] = []
-    for epoch in range(1, run.plan.epochs + 1):
-        entry, rows = _epoch(run, epoch, t_start)
-        if epoch > 1:
-            steady_rows += rows
-        else:
-            warmup_rows = rows
-        epochs.append(entry)
+    t_attempt, first_step_at = time.perf_counter() - run.tuning_s, time.time() - run.tuning_s
+    run.t_start = t_attempt - run.elapsed_before  # elapsed_s goes on from the checkpoint's
+    pruned = None
+    first = run.position["epoch"]
+    for epoch in range(first, run.plan.epochs + 1):
+        entry, rows = _epoch(run, epoch, run.epoch_part if epoch == first else None)
+        run.rows[epoch] = rows
+        run.epochs.append(entry)
         if world.is_main:
             print(_epoch_line(entry, run.plan), flush=True)
-        tta = _time_to_accuracy(cfg, entry, tta)
-        if cfg.stop_at_target and tta and tta["reached"]:
-            break
-        if run.judge is not None and run.judge.stop(entry):
-            pruned = epoch
+        run.tta = _time_to_accuracy(cfg, entry, run.tta)
+        stop = bool(cfg.stop_at_target and run.tta and run.tta["reached"])
+        if not stop and run.judge is not None and run.judge.stop(entry):
+            pruned, stop = epoch, True
             if world.is_main:
                 print(f"parascale: the search pruned this trial after epoch {epoch}", flush=True)
+        if not stop and run.keeper is not None and run.keeper.due_after_epoch(epoch, run.step):
+            run.keeper.write(run, {"step": run.step, "epoch": epoch + 1, "done": 0})
+        if stop:
             break
     run.strategy.finish()
-    total_s = time.perf_counter() - t_start
+    ended = time.perf_counter()
     window = run.cpu.end_window()
-    return assemble(cfg, world, run.plan, run.strategy, epochs,
-                    _steady(run, epochs, warmup_rows, steady_rows), tta,
-                    {"setup_s": setup_s, "total_s": total_s, "start": started,
-                     "first_step_at": first_step_at}, window,
+    return assemble(cfg, world, run.plan, run.strategy, run.epochs, _steady(run), run.tta,
+                    {"setup_s": setup_s, "total_s": ended - run.t_start, "start": started,
+                     "training_s": ended - t_attempt, "first_step_at": first_step_at}, window,
                     None if run.judge is None else {"trial": run.judge.number,
-                                                    "pruned_at_epoch": pruned})
+                                                    "pruned_at_epoch": pruned},
+                    _continuity(run, started))
+
+
+def _continuity(run: _Run, started: str) -> dict[str, Any]:
+    """The record's ``resumed``, ``restarts`` and ``checkpoints`` (the local launcher replaces
+    ``restarts`` with its own list; under torchrun only the current restart is known)."""
+    restarts = []
+    if run.world.launcher != "local" and env.attempt() > 0:
+        restarts.append({"at": started, "attempt": env.attempt(), "rank": None,
+                         "reason": f"{run.world.launcher} started the workers again (attempt "
+                                   f"{env.attempt()}); it does not say which rank failed, or why",
+                         "from_step": run.choice.step if run.choice else None})
+    return {"resumed": run.resumed or None, "restarts": restarts,
+            "checkpoints": run.keeper.summary() if run.keeper is not None else None}
 
 
 def _set_up(cfg: TrainConfig, world: World) -> _Run:
-    """Threads, data, plan, model, optimizer and watches, ready for the first step."""
+    """Threads, data, plan, model, optimizer and watches, ready for the first step: of the run,
+    or after the checkpoint it continues from."""
     if world.is_main:  # start-up can take long on a busy machine: say what it is doing
         print(f"parascale: {world.size} worker(s) joined; loading the data and building the "
               "model...", flush=True)
@@ -132,8 +176,16 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
     faults = Faults.from_env(world.rank)
     device = world.device
     bundle = data.build(cfg)
+    auto = cfg.sync == "sma" and cfg.learners == "auto"
+    choice = resume.in_world(cfg, world, None if auto else
+                             make_plan(cfg, world.size, len(bundle.train), len(bundle.test)
+                                       ).total_steps)
+    saved = checkpoint.load(choice.path) if choice else None
+    original = cfg
     tuning, tuning_s = [], 0.0
-    if cfg.sync == "sma" and cfg.learners == "auto":  # decided on real steps, before training
+    if auto and saved is not None:  # tuned once per run: the checkpoint knows the count
+        cfg = dataclasses.replace(cfg, learners=saved["progress"]["learners"])
+    elif auto:  # decided on real steps, before training
         from parascale.sync import sma_tune
 
         count, tuning, tuning_s = sma_tune.tune(cfg, world, bundle,
@@ -150,45 +202,78 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
         else None
     if world.is_main:
         _banner(cfg, world, plan, bundle)
+        hazard = env.torchrun_restart_hazard()
+        if hazard and env.attempt() == 0:
+            print(f"parascale: warning: {hazard}", flush=True)
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
     cpu = CpuWatch(world.host, world.local_rank)
+    run = _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
+               StepClock(device), cpu, tuning_s=tuning_s, judge=Judge.from_env(world),
+               choice=choice,
+               learners=cfg.learners if isinstance(cfg.learners, int) else None)
+    folder = resume.checkpoints_of(cfg)
+    interval = resume.interval(cfg)
+    if interval is not None and folder is not None:
+        run.keeper = Keeper(interval, folder, cfg.keep, original, world, plan)
+    if saved is not None:
+        state.continue_run(run, saved, choice)
     cpu.start_window()
-    return _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
-                StepClock(device), cpu, tuning_s=tuning_s, judge=Judge.from_env(world))
+    return run
 
 
-def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float]]]:
-    """One epoch's steps, then its record entry (evaluated when due) and its step-time rows."""
+def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[list[float]]]:
+    """One epoch's steps, then its record entry (evaluated when due) and its step-time rows.
+
+    ``part``: what a checkpoint in the middle of this epoch kept (steps done, this rank's loss
+    sum, time and step rows, and its augmentation generator): the epoch goes on from there.
+    """
     cfg, world, plan, device = run.cfg, run.world, run.plan, run.world.device
     per_device = plan.derived.per_device_batch
-    count = min(plan.steps_per_epoch, plan.total_steps - run.step)
-    # a bar per epoch, on rank 0's terminal only: a long epoch is never silent
-    progress = tqdm(total=count, unit="step", file=sys.stderr, mininterval=0.5, miniters=1,
-                    disable=None if world.is_main else True, leave=False,
-                    desc=f"epoch {epoch}/{plan.epochs}")
+    done = int(part["done"]) if part else 0
+    count = min(plan.steps_per_epoch, plan.total_steps - (run.step - done))
+    # a bar per epoch, on rank 0's terminal only (never in its log): a long epoch is never silent
+    progress = tqdm(total=count, initial=done, unit="step", file=console.terminal(sys.stderr),
+                    mininterval=0.5, miniters=1, disable=None if world.is_main else True,
+                    leave=False, desc=f"epoch {epoch}/{plan.epochs}")
     run.cpu.start_epoch()
     shard = train_shard(len(run.bundle.train), per_device, world.size, world.rank, cfg.accumulate,
                         cfg.seed, epoch, count)
     # augmentation randomness differs per rank and epoch, yet is reproducible
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + world.rank * 7919 + epoch)
-    batches = iter(run.bundle.train.batches([mb for s in shard for mb in s], device, train=True,
-                                            generator=generator,
-                                            loader_workers=cfg.loader_workers))
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-    t_epoch = time.perf_counter()
-    for _ in range(count):
+    carried_s = 0.0  # this rank's training time in the epoch before the checkpoint
+    if part:
+        generator.set_state(part["generator"])
+        loss_sum += part["loss_sum"].to(device)
+        carried_s = float(part["time_s"])
+        run.clock.rows = part["rows"].tolist()
+    batches = iter(run.bundle.train.batches([mb for s in shard[done:] for mb in s], device,
+                                            train=True, generator=generator,
+                                            loader_workers=cfg.loader_workers))
+    t_epoch, paused = time.perf_counter(), 0.0  # paused: writing checkpoints, not training
+    rate = run.optimizer.param_groups[0]["lr"]
+    for i in range(done, count):
         rate = _step(run, batches, loss_sum)
         progress.update()
+        if run.keeper is not None and i + 1 < count and run.keeper.due_after_step(run.step):
+            run.clock.flush()
+            mine = {"done": i + 1, "loss_sum": loss_sum,
+                    "time_s": carried_s + time.perf_counter() - t_epoch - paused,
+                    "rows": torch.tensor(run.clock.rows, dtype=torch.float64).reshape(-1, 5)}
+            paused += run.keeper.write(run, {"step": run.step, "epoch": epoch, "done": i + 1},
+                                       mine, generator)
     run.divergence.settle(final=True)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    epoch_time = time.perf_counter() - t_epoch
+    epoch_time = carried_s + time.perf_counter() - t_epoch - paused
     progress.close()
     run.clock.flush()
     rows = run.clock.restart()
     entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
-                         run.cpu.end_epoch())
+                         run.cpu.end_epoch(), epoch in run.warm)
+    if part or (run.resumed and epoch == run.position["epoch"]):
+        entry["resumed"] = True  # its time spans a restart: a warm-up epoch again
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
         run.strategy.before_evaluation()
         if cfg.evaluate_test:
@@ -199,7 +284,7 @@ def _epoch(run: _Run, epoch: int, t_start: float) -> tuple[dict, list[list[float
             entry["val_loss"], entry["val_accuracy"] = evaluate(
                 run.strategy.local_module(), run.bundle.val, world, max(per_device, 256),
                 lambda: _autocast(cfg, device))
-    entry["elapsed_s"] = time.perf_counter() - t_start
+    entry["elapsed_s"] = time.perf_counter() - run.t_start
     return entry, rows
 
 
@@ -241,23 +326,44 @@ def _step(run: _Run, batches, loss_sum: torch.Tensor) -> float:
     return rate
 
 
-def _steady(run: _Run, epochs: list[dict], warmup_rows: list, steady_rows: list) -> tuple:
-    """The step-time rows that count as steady state, what was left out, and where they are."""
-    if len(epochs) > 1:
-        excluded = "epoch 1 (warm-up)"
-        partial = "" if epochs[-1]["steps"] == run.plan.steps_per_epoch else \
-            f" (the partial epoch {epochs[-1]['epoch']})"
-        return steady_rows, excluded, f"steps {epochs[0]['steps'] + 1}-{run.step}{partial}"
-    # one epoch ran: its first tenth (at least a step) stands in for the warm-up
+def _steady(run: _Run) -> tuple:
+    """The step-time rows that count as steady state, what was left out, and where they are.
+
+    Warm-up epochs are left out: the first, and the one each resume continued in (a new
+    process warms up again)."""
+    epochs = run.epochs
+    warm = [e["epoch"] for e in epochs if e["warmup"]]
+    steady = [e for e in epochs if not e["warmup"]]
+    if steady:
+        rows = [row for e in steady for row in run.rows.get(e["epoch"], [])]
+        if warm == [1] and [e["epoch"] for e in steady] == list(range(2, epochs[-1]["epoch"] + 1)):
+            partial = "" if epochs[-1]["steps"] == run.plan.steps_per_epoch else \
+                f" (the partial epoch {epochs[-1]['epoch']})"
+            return rows, "epoch 1 (warm-up)", f"steps {epochs[0]['steps'] + 1}-{run.step}{partial}"
+        return (rows, f"epoch{_numbers(warm)} (warm-up: the first, and each one a resumed run "
+                      "continued in)", f"the steps of epoch{_numbers([e['epoch'] for e in steady])}")
+    # no steady epoch: the last one's first tenth (at least a step) stands in for the warm-up
+    last = epochs[-1]["epoch"]
+    warmup_rows = run.rows.get(last, [])
     cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
-    where = "the only epoch" if run.plan.epochs == 1 else \
-        "epoch 1 (training stopped at the target there)"
+    if len(epochs) > 1 or run.resumed:
+        where = f"epoch {last} (each earlier epoch a warm-up)" if len(epochs) > 1 else \
+            f"epoch {last} (the only one, after a resume)"
+    else:
+        where = "the only epoch" if run.plan.epochs == 1 else \
+            "epoch 1 (training stopped at the target there)"
     return (warmup_rows[cut:], f"first {cut} steps of {where}",
             f"steps {cut + 1}-{len(warmup_rows)} of {where}")
 
 
+def _numbers(values: list[int]) -> str:
+    """' 3' or 's 2, 4-9' (after 'epoch')."""
+    return ("s " if len(values) > 1 else " ") + spans(values)
+
+
 def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,
-                 loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float]) -> dict:
+                 loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float],
+                 warmup: bool) -> dict:
     """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank;
     what else used the CPUs meanwhile (``cpu``: this rank's ``CpuWatch.end_epoch``)."""
     samples = steps * plan.derived.global_batch
@@ -271,7 +377,7 @@ def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,
     other, steal = epoch_load([g[1:].tolist() for g in gathered])
     train_loss = float(totals[0] / totals[1])  # finite: every step's loss was checked
     wall = max(per_rank)
-    return {"epoch": epoch, "warmup": epoch == 1, "steps": steps,
+    return {"epoch": epoch, "warmup": warmup, "steps": steps,
             "partial": steps < plan.steps_per_epoch, "wall_time_s": wall,
             "wall_time_s_per_rank": per_rank, "samples": samples,
             "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
@@ -316,7 +422,8 @@ def _epoch_line(entry: dict, plan: Plan) -> str:
     test = f", test loss {entry['test_loss']:.4f}, accuracy {acc:.2%}" if acc is not None else ""
     if entry.get("val_accuracy") is not None:
         test += f", validation accuracy {entry['val_accuracy']:.2%}"
-    notes = ["warm-up"] if entry["warmup"] else []
+    notes = (["resumed"] if entry.get("resumed") else []) + \
+        (["warm-up"] if entry["warmup"] else [])
     if entry["partial"]:
         notes.append(f"partial, {entry['steps']} of {plan.steps_per_epoch} steps")
     note = f" ({'; '.join(notes)})" if notes else ""

@@ -107,15 +107,27 @@ def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], s
     """
     full = [e for e in epochs if not e["warmup"] and not e["partial"]]
     if full:
-        first, last = full[0]["epoch"], full[-1]["epoch"]
+        numbers = [e["epoch"] for e in full]
         return {"steady_epoch_time_s": median(e["wall_time_s"] for e in full),
                 "steady_throughput": median(e["throughput"] for e in full),
                 "steady_epoch_time_method": "epochs",
-                "steady_source": f"epoch {first}" if first == last else f"epochs {first}-{last}"}
+                "steady_source": ("epoch " if len(numbers) == 1 else "epochs ")
+                + spans(numbers)}
     step_s = max(float(np.mean([row[-1] for row in rows])) for rows in rows_per_rank if rows)
     return {"steady_epoch_time_s": step_s * steps_per_epoch,
             "steady_throughput": global_batch / step_s,
             "steady_epoch_time_method": "steps", "steady_source": steps_source}
+
+
+def spans(numbers: list[int]) -> str:
+    """'2-9, 11-40' for the ascending ``numbers`` (a resumed run's warm-up epoch leaves a gap)."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(str(n) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(parts)
 
 
 def peak_memory(device: torch.device) -> tuple[str, int, int | None]:

@@ -1,0 +1,175 @@
+"""Which checkpoint a run continues from, and whether it may: decided before training.
+
+A local launch decides in the launching process, before any worker starts (so that a checkpoint
+written with other settings is one line, exit code 2), and tells the workers through
+``PARASCALE_RESUME``; after a restart it decides again. Under torchrun or srun every process is a
+worker: rank 0 decides once the world has joined and tells the others (:func:`in_world`). Either
+way, the newest checkpoint that verifies is taken; newer damaged ones are named, one line each.
+
+A run continues from a checkpoint when ``--resume`` asks, after a restart by parascale's launcher,
+or when torchrun restarted the workers (``TORCHELASTIC_RESTART_COUNT`` > 0) and the run writes
+checkpoints. Without a usable checkpoint it starts from the beginning, and says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parascale.config import TrainConfig, checkpoint_interval
+from parascale.errors import UsageError
+from parascale.record import now
+from parascale.runtime import env
+from parascale.training import checkpoint
+
+#: settings a resumed run may change: where and how it runs, how long, what it measures. Every
+#: other one shapes the trajectory and must be the checkpoint's. The world size is compared
+#: apart (``workers`` is resolved, and ``gpus`` may name other devices of the same count).
+MAY_DIFFER = frozenset({
+    "out", "port", "timeout", "max_restarts", "checkpoint_every", "keep", "resume", "save_model",
+    "oversubscribe", "verify_data", "download", "data_dir", "loader_workers", "threads",
+    "epochs", "steps", "eval_every", "target_accuracy", "stop_at_target", "workers", "gpus",
+})
+
+
+@dataclass
+class Choice:
+    """The checkpoint a run continues from, and how it came to: ``by`` is resume (the user's
+    --resume), restart (parascale's launcher) or torchrun (its agent restarted the workers)."""
+
+    path: str
+    by: str
+    step: int
+    epoch: int
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    rank: int | None = None  # a restart's failed rank and why
+    reason: str | None = None
+    at: str = field(default_factory=now)
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.path).parent.name}/{Path(self.path).name}"
+
+    def entry(self) -> dict[str, Any]:
+        """The record's ``resumed`` item (docs/record.md)."""
+        return {"at": self.at, "by": self.by, "checkpoint": self.label, "step": self.step,
+                "epoch": self.epoch, "skipped": self.skipped, "rank": self.rank,
+                "reason": self.reason}
+
+    def to_env(self) -> str:
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_env(cls) -> Choice | None:
+        text = os.environ.get(env.RESUME_ENV)
+        return cls(**json.loads(text)) if text else None
+
+
+def checkpoints_of(cfg: TrainConfig) -> Path | None:
+    """The run's DIR/checkpoints: the launcher's word in a local worker (whose --out is a
+    staging folder), else --out's."""
+    given = os.environ.get(env.CHECKPOINTS_ENV) if os.environ.get(env.LOCAL_ENV) else None
+    if given:
+        return Path(given)
+    return checkpoint.folder_of(cfg.out) if cfg.out else None
+
+
+def checkpointing(cfg: TrainConfig) -> bool:
+    """Whether the run reads or writes checkpoints at all."""
+    return cfg.checkpoint_every is not None or cfg.resume
+
+
+def refuse_fresh_start(cfg: TrainConfig) -> None:
+    """A run that starts afresh and writes checkpoints must not mix them with an earlier run's
+    (a restart would take the newest, maybe the earlier run's): one line instead."""
+    if cfg.resume or cfg.checkpoint_every is None or env.restarted_by_torchrun():
+        return
+    folder = checkpoint.folder_of(cfg.out)
+    present = checkpoint.listing(folder)
+    if present:
+        raise UsageError(f"--out {cfg.out} holds checkpoints of an earlier run (the newest at "
+                         f"step {present[-1].step}); continue it with --resume, or remove "
+                         f"{folder} to start afresh")
+
+
+def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps: int) -> str | None:
+    """Why this run cannot continue from a checkpoint with ``manifest``, or None."""
+    if manifest.get("world_size") != size:
+        return (f"it was written by {manifest.get('world_size')} workers and this run has "
+                f"{size}; the data order, each rank's state and the strategy's depend on it")
+    theirs, mine = manifest.get("config") or {}, cfg.to_dict()
+    differ = [name for name in mine if name not in MAY_DIFFER and name in theirs
+              and json.dumps(theirs[name], sort_keys=True) != json.dumps(mine[name],
+                                                                         sort_keys=True)]
+    if differ:
+        name = differ[0]
+        more = f" (and {len(differ) - 1} more setting(s))" if len(differ) > 1 else ""
+        return (f"it was written with --{name.replace('_', '-')} {_shown(theirs[name])} and "
+                f"this run gives {_shown(mine[name])}{more}")
+    if manifest["step"] > total_steps:
+        return (f"it is at step {manifest['step']}, past the {total_steps} steps this run "
+                "trains; give at least as many --epochs or --steps")
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "(none)"
+    return str(value)
+
+
+def choose(cfg: TrainConfig, size: int, total_steps: int, by: str,
+           say: Callable[[str], None] = print, **why: Any) -> Choice | None:
+    """The newest usable checkpoint of the run (UsageError when it belongs to other settings),
+    or None: the run starts from the beginning, which is said."""
+    folder = checkpoints_of(cfg)
+    found, damaged = checkpoint.newest(folder, say) if folder else (None, [])
+    skipped = [{"checkpoint": f.label, "problem": f.problem or ""} for f in damaged]
+    if found is None:
+        what = "no usable checkpoint" if damaged else "no checkpoint"
+        say(f"parascale: {what} in {folder}; starting from the beginning")
+        return None
+    problem = mismatch(found.manifest or {}, cfg, size, total_steps)
+    if problem:
+        raise UsageError(f"cannot continue from {found.label}: {problem}; resume with the "
+                         "settings it was written with, or start afresh in another --out")
+    manifest = found.manifest or {}
+    return Choice(str(found.path), by, found.step, int(manifest.get("epoch", 0)), skipped,
+                  **why)
+
+
+def first_choice(cfg: TrainConfig, size: int, total_steps: int,
+                 say: Callable[[str], None] = print) -> Choice | None:
+    """A local launch's: what ``--resume`` continues from (None without it)."""
+    refuse_fresh_start(cfg)
+    return choose(cfg, size, total_steps, "resume", say) if cfg.resume else None
+
+
+def in_world(cfg: TrainConfig, world, total_steps: int) -> Choice | None:
+    """A worker's checkpoint to continue from: the launcher's choice in a local launch; under
+    torchrun or srun rank 0's, told to every rank (a UsageError on every rank when refused)."""
+    if world.launcher == "local":
+        return Choice.from_env()
+    by = "resume" if cfg.resume else "torchrun" if env.restarted_by_torchrun() else None
+    if by is None or (by == "torchrun" and not checkpointing(cfg)):
+        return None
+    import torch.distributed as dist
+
+    answer: list[Any] = [None, None]
+    if world.is_main:
+        try:
+            chosen = choose(cfg, world.size, total_steps, by)
+            answer = [None if chosen is None else chosen.__dict__, None]
+        except UsageError as exc:
+            answer = [None, str(exc)]
+    dist.broadcast_object_list(answer, src=0)
+    if answer[1]:
+        raise UsageError(answer[1])
+    return None if answer[0] is None else Choice(**answer[0])
+
+
+def interval(cfg: TrainConfig) -> tuple[int, str] | None:
+    return checkpoint_interval(cfg.checkpoint_every)

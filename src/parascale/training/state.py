@@ -1,0 +1,174 @@
+"""A run's state between two steps, gathered from every rank into one checkpoint, and restored.
+
+What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
+
+- ``position``: the optimizer steps done, and where the sampler stands: the epoch it is in and
+  the steps of it done (0 at an epoch's start). The data order is a pure function of (seed,
+  epoch) and the learning rate of the step, so nothing else about them needs keeping.
+- ``shared``: the model and optimizer (and gradient scaler) when every rank holds the same
+  (``Strategy.replicas_agree``); otherwise each rank's own are in ``ranks``.
+- ``ranks``: per rank, the strategy's state (``Strategy.state_dict``), every RNG state (torch's
+  global CPU and CUDA generators, numpy's, Python's, and the epoch's augmentation generator,
+  seeded per rank), and what the epoch in progress has measured (loss sum, time, step rows).
+- ``progress``: what the record needs from before: finished epochs, time-to-accuracy, training
+  time so far, the step rows of finished epochs, earlier resumes, SMA's tuned learner count.
+
+Gathering is collective (``gather_object`` to rank 0, which alone writes); it happens after the
+divergence check has decided every step so far, so a checkpoint never holds a diverged model.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def plain(module: nn.Module) -> nn.Module:
+    """The module without DDP's or torch.compile's wrapper (their state_dict keys differ)."""
+    while True:
+        inner = getattr(module, "module", None)
+        if inner is None:
+            inner = getattr(module, "_orig_mod", None)
+        if inner is None or not isinstance(inner, nn.Module):
+            return module
+        module = inner
+
+
+def _cpu(value: Any) -> Any:
+    """A copy of ``value`` with every tensor on the CPU (gather_object pickles what it gets)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
+
+
+def _owned(value: Any) -> Any:
+    """A copy of loaded state that owns its memory (the file is memory-mapped)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_owned(v) for v in value]
+    return value
+
+
+def rng_states(device: torch.device, generator: torch.Generator | None) -> dict[str, Any]:
+    numpy_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "numpy": [numpy_state[0], torch.from_numpy(numpy_state[1].astype(np.int64)),
+                  *map(float, numpy_state[2:])],
+        "python": random.getstate(),
+        "epoch": generator.get_state() if generator is not None else None,
+    }
+
+
+def set_rng_states(states: dict[str, Any], device: torch.device) -> None:
+    """Every global generator as it was (the epoch's is set where the epoch builds it)."""
+    torch.set_rng_state(states["torch"])
+    if device.type == "cuda" and states["cuda"] is not None:
+        torch.cuda.set_rng_state(states["cuda"], device)
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), int(pos), int(has_gauss),
+                         float(cached)))
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _rows(rows: list[list[float]]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float64).reshape(-1, 5)
+
+
+def capture(run, position: dict[str, int], progress: dict[str, Any],
+            epoch_part: dict[str, Any] | None, generator: torch.Generator | None
+            ) -> dict[str, Any] | None:
+    """Collective: every rank's state, gathered; the checkpoint on rank 0, None elsewhere.
+
+    ``epoch_part``: this rank's measurements of the epoch in progress (None at an epoch's end).
+    """
+    run.divergence.settle(final=True)  # every step so far decided finite
+    agree = run.strategy.replicas_agree
+    mine: dict[str, Any] = {
+        "strategy": _cpu(run.strategy.state_dict()),  # collective for some strategies
+        "rng": rng_states(run.world.device, generator),
+        "epoch_part": _cpu(epoch_part),
+        "rows": {epoch: _rows(rows) for epoch, rows in run.rows.items()},
+    }
+    if not agree:
+        mine.update(_trained(run))
+    gathered: list[Any] | None = [None] * run.world.size if run.world.is_main else None
+    if run.world.size > 1:
+        dist.gather_object(mine, gathered, dst=0)
+    else:
+        gathered = [mine]
+    if not run.world.is_main:
+        return None
+    return {"position": dict(position), "replicas_agree": agree,
+            "shared": _trained(run) if agree else None, "ranks": gathered,
+            "progress": progress}
+
+
+def _model_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state_dict without tensors on the meta device: structure, no data (SMA's
+    stacked learners keep their model's layout that way)."""
+    return {k: v for k, v in module.state_dict().items() if not v.is_meta}
+
+
+def _load_model(module: nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    structure = {k: v for k, v in module.state_dict().items() if v.is_meta and k not in saved}
+    module.load_state_dict({**saved, **structure})
+
+
+def _trained(run) -> dict[str, Any]:
+    return {"model": _cpu(_model_state(plain(run.net))),
+            "optimizer": _cpu(run.optimizer.state_dict()),
+            "scaler": None if run.scaler is None else run.scaler.state_dict()}
+
+
+def restore(run, saved: dict[str, Any]) -> dict[str, Any]:
+    """Put this rank's model, optimizer, scaler, strategy state and RNGs back (collective, for
+    the strategies that talk to their servers); return this rank's part of the checkpoint."""
+    rank = run.world.rank
+    mine = _owned(saved["ranks"][rank])
+    trained = _owned(saved["shared"]) if saved["replicas_agree"] else mine
+    _load_model(plain(run.net), trained["model"])
+    run.optimizer.load_state_dict(trained["optimizer"])
+    if run.scaler is not None and trained["scaler"] is not None:
+        run.scaler.load_state_dict(trained["scaler"])
+    run.strategy.load_state_dict(mine["strategy"])
+    set_rng_states(mine["rng"], run.world.device)
+    run.rows = {int(epoch): rows.tolist() for epoch, rows in mine["rows"].items()}
+    return mine
+
+
+def continue_run(run, saved: dict[str, Any], choice) -> None:
+    """Take the run up where checkpoint ``saved`` left it: state (collective, see
+    :func:`restore`), position, what the record needs, and one line on rank 0."""
+    from parascale.runtime import env
+
+    mine = restore(run, saved)
+    progress, position = saved["progress"], saved["position"]
+    run.position, run.step = dict(position), int(position["step"])
+    run.epochs = [dict(e) for e in progress["epochs"]]
+    run.tta, run.elapsed_before = progress["tta"], float(progress["elapsed_s"])
+    run.warm = set(progress["warm"]) | {int(position["epoch"])}  # a new process warms up
+    run.resumed = [dict(r) for r in progress["resumed"]] + [choice.entry()]
+    if mine["epoch_part"] is not None:
+        run.epoch_part = {**mine["epoch_part"], "generator": mine["rng"]["epoch"]}
+    if run.world.is_main:
+        where = (f"in epoch {position['epoch']} after its step {position['done']}"
+                 if position["done"] else f"at the start of epoch {position['epoch']}"
+                 if run.step < run.plan.total_steps else "after the last step")
+        how = {"resume": "--resume", "restart": f"restart {env.attempt()}",
+               "torchrun": f"torchrun's restart {env.attempt()}"}.get(choice.by, choice.by)
+        print(f"parascale: continuing from {choice.label} ({how}): step {run.step} of "
+              f"{run.plan.total_steps}, {where}", flush=True)
