@@ -57,8 +57,9 @@ def test_restarts_end_when_the_fault_comes_back_every_time(tmp_path, monkeypatch
 
 def test_torchrun_restarts_continue_from_the_checkpoint(tmp_path, expected):
     out = tmp_path / "torchrun"
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PARASCALE_FAULT": "kill@1:7",
-           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # see docs/checkpoints.md
+    # torchrun as users start it: sharing its rendezvous store with the workers, across restarts
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    env.update(GLOO_SOCKET_IFNAME="lo", PARASCALE_FAULT="kill@1:7")
     args = [f"--{k.replace('_', '-')}={v}" for k, v in RUN.items() if k != "workers"]
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

@@ -61,23 +61,3 @@ def attempt() -> int:
 def restarted_by_torchrun() -> bool:
     """torchrun's agent started these workers again after a failure (its --max-restarts)."""
     return external_launcher() == "torchrun" and attempt() > 0
-
-
-def torchrun_restart_hazard() -> str | None:
-    """Why torchrun's restarts may fail to rejoin, or None. torch 2.5 and later share the
-    agent's rendezvous store with the workers, and a restarted attempt can then read the
-    failed attempt's addresses from it and fail to connect (pytorch/pytorch#135712: seen here
-    with gloo, and the fix does not cover it); TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in
-    torchrun's environment gives every attempt a store of its own."""
-    if external_launcher() != "torchrun" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") \
-            != "True":
-        return None
-    try:
-        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0)
-    except ValueError:
-        return None
-    if restarts <= 0:
-        return None
-    return ("torchrun shares its rendezvous store with the workers, so a restarted attempt may "
-            "read the failed one's addresses and fail to rejoin (pytorch/pytorch#135712); start "
-            "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment")

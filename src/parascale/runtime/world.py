@@ -206,10 +206,25 @@ def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
         dist.init_process_group(backend, store=_slurm_store(rank, size, timeout), rank=rank,
                                 world_size=size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None)
+    elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        dist.init_process_group(backend, store=_agent_store(timeout), rank=rank,
+                                world_size=size, timeout=timeout,
+                                device_id=device if backend == "nccl" else None)
     else:
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
                                 timeout=timeout, device_id=device if backend == "nccl" else None)
     return World(rank, size, local_rank, device, backend, launcher)
+
+
+def _agent_store(timeout: datetime.timedelta) -> dist.Store:
+    """torchrun's own store, with a key prefix per attempt. The agent shares its rendezvous
+    store with the workers and keeps it across its restarts, and torch's ``env://`` no longer
+    prefixes the workers' keys by attempt: a restarted attempt read the failed one's gloo
+    addresses from it and could not connect (pytorch/pytorch#135712)."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"/parascale/attempt_{attempt}", store)
 
 
 def leave() -> None:

@@ -202,9 +202,6 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
         else None
     if world.is_main:
         _banner(cfg, world, plan, bundle)
-        hazard = env.torchrun_restart_hazard()
-        if hazard and env.attempt() == 0:
-            print(f"parascale: warning: {hazard}", flush=True)
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
     cpu = CpuWatch(world.host, world.local_rank)
