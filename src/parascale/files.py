@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from parascale.errors import UsageError
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, nothing between."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> Path:
+    """Call ``write(handle)`` to fill ``path`` so that readers see the old file or the new one,
+    nothing between (``write`` may stream, as ``torch.save`` does, instead of holding bytes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be shared
@@ -34,6 +37,11 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
             pass
         raise
     return path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, nothing between."""
+    return atomic_write(path, lambda handle: handle.write(data))
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

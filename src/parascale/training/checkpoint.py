@@ -23,13 +23,14 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from parascale.files import atomic_write
 
 FORMAT = "parascale.checkpoint/1"
 FOLDER = "checkpoints"
@@ -92,19 +93,9 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _atomic(path: Path, write: Callable[[Any], None]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+def _atomic(path: Path, write: Callable[[Any], object]) -> None:
+    """Written atomically (parascale.files), then the rename made durable."""
+    atomic_write(path, write)
     _fsync_folder(path.parent)
 
 
