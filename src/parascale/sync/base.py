@@ -37,6 +37,18 @@ from parascale.runtime.world import World
 from parascale.sync.options import Option
 
 
+def unwrap(module: nn.Module) -> nn.Module:
+    """``module`` without DDP's or torch.compile's wrapper (DDP keeps the model in .module,
+    torch.compile in ._orig_mod; their state_dict keys differ from the model's)."""
+    while True:
+        inner = getattr(module, "module", None)
+        if inner is None:
+            inner = getattr(module, "_orig_mod", None)
+        if inner is None or not isinstance(inner, nn.Module):
+            return module
+        module = inner
+
+
 class Strategy:
     """Default: plain local training (no exchange). Subclasses override what they change."""
 
@@ -107,14 +119,7 @@ class Strategy:
 
     def local_module(self) -> nn.Module:
         """The plain model (no wrappers): for evaluation and for saving."""
-        module = self.model
-        while True:  # DDP keeps the model in .module, torch.compile in ._orig_mod
-            inner = getattr(module, "module", None)
-            if inner is None:
-                inner = getattr(module, "_orig_mod", None)
-            if inner is None:
-                return module
-            module = inner
+        return unwrap(self.model)
 
     def before_evaluation(self) -> None:
         """Make buffers (batch-norm statistics) agree across ranks before evaluating.

@@ -26,38 +26,28 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from parascale.sync.base import unwrap
 
-def plain(module: nn.Module) -> nn.Module:
-    """The module without DDP's or torch.compile's wrapper (their state_dict keys differ)."""
-    while True:
-        inner = getattr(module, "module", None)
-        if inner is None:
-            inner = getattr(module, "_orig_mod", None)
-        if inner is None or not isinstance(inner, nn.Module):
-            return module
-        module = inner
+
+def _tensors(value: Any, change) -> Any:
+    """``value`` with ``change`` applied to every tensor in it (dicts, lists and tuples)."""
+    if isinstance(value, torch.Tensor):
+        return change(value)
+    if isinstance(value, dict):
+        return {k: _tensors(v, change) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_tensors(v, change) for v in value)
+    return value
 
 
 def _cpu(value: Any) -> Any:
     """A copy of ``value`` with every tensor on the CPU (gather_object pickles what it gets)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
+    return _tensors(value, lambda t: t.detach().to("cpu", copy=True))
 
 
 def _owned(value: Any) -> Any:
     """A copy of loaded state that owns its memory (the file is memory-mapped)."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):
-        return {k: _owned(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_owned(v) for v in value]
-    return value
+    return _tensors(value, torch.clone)
 
 
 def rng_states(device: torch.device, generator: torch.Generator | None) -> dict[str, Any]:
@@ -129,7 +119,7 @@ def _load_model(module: nn.Module, saved: dict[str, torch.Tensor]) -> None:
 
 
 def _trained(run) -> dict[str, Any]:
-    return {"model": _cpu(_model_state(plain(run.net))),
+    return {"model": _cpu(_model_state(unwrap(run.net))),
             "optimizer": _cpu(run.optimizer.state_dict()),
             "scaler": None if run.scaler is None else run.scaler.state_dict()}
 
@@ -140,7 +130,7 @@ def restore(run, saved: dict[str, Any]) -> dict[str, Any]:
     rank = run.world.rank
     mine = _owned(saved["ranks"][rank])
     trained = _owned(saved["shared"]) if saved["replicas_agree"] else mine
-    _load_model(plain(run.net), trained["model"])
+    _load_model(unwrap(run.net), trained["model"])
     run.optimizer.load_state_dict(trained["optimizer"])
     if run.scaler is not None and trained["scaler"] is not None:
         run.scaler.load_state_dict(trained["scaler"])
