@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from parascale import data, models, sync
 from parascale.batch import Plan, make_plan
-from parascale.config import TrainConfig
+from parascale.config import TrainConfig, checkpoint_interval
 from parascale.hpo.judge import Judge
 from parascale.record import now
 from parascale.runtime import World, joined, resolve_backend, resolve_device_type
@@ -33,7 +33,7 @@ from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
 from parascale.training.keeper import Keeper
-from parascale.training.measure import StepClock, spans
+from parascale.training.measure import StepClock, epochs_named
 from parascale.training.sampling import train_shard
 
 
@@ -210,7 +210,7 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
                choice=choice,
                learners=cfg.learners if isinstance(cfg.learners, int) else None)
     folder = resume.checkpoints_of(cfg)
-    interval = resume.interval(cfg)
+    interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
         run.keeper = Keeper(interval, folder, cfg.keep, original, world, plan)
     if saved is not None:
@@ -337,8 +337,8 @@ def _steady(run: _Run) -> tuple:
             partial = "" if epochs[-1]["steps"] == run.plan.steps_per_epoch else \
                 f" (the partial epoch {epochs[-1]['epoch']})"
             return rows, "epoch 1 (warm-up)", f"steps {epochs[0]['steps'] + 1}-{run.step}{partial}"
-        return (rows, f"epoch{_numbers(warm)} (warm-up: the first, and each one a resumed run "
-                      "continued in)", f"the steps of epoch{_numbers([e['epoch'] for e in steady])}")
+        return (rows, f"{epochs_named(warm)} (warm-up: the first, and each one a resumed run "
+                      "continued in)", f"the steps of {epochs_named([e['epoch'] for e in steady])}")
     # no steady epoch: the last one's first tenth (at least a step) stands in for the warm-up
     last = epochs[-1]["epoch"]
     warmup_rows = run.rows.get(last, [])
@@ -351,11 +351,6 @@ def _steady(run: _Run) -> tuple:
             "epoch 1 (training stopped at the target there)"
     return (warmup_rows[cut:], f"first {cut} steps of {where}",
             f"steps {cut + 1}-{len(warmup_rows)} of {where}")
-
-
-def _numbers(values: list[int]) -> str:
-    """' 3' or 's 2, 4-9' (after 'epoch')."""
-    return ("s " if len(values) > 1 else " ") + spans(values)
 
 
 def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,

@@ -111,12 +111,16 @@ def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], s
         return {"steady_epoch_time_s": median(e["wall_time_s"] for e in full),
                 "steady_throughput": median(e["throughput"] for e in full),
                 "steady_epoch_time_method": "epochs",
-                "steady_source": ("epoch " if len(numbers) == 1 else "epochs ")
-                + spans(numbers)}
+                "steady_source": epochs_named(numbers)}
     step_s = max(float(np.mean([row[-1] for row in rows])) for rows in rows_per_rank if rows)
     return {"steady_epoch_time_s": step_s * steps_per_epoch,
             "steady_throughput": global_batch / step_s,
             "steady_epoch_time_method": "steps", "steady_source": steps_source}
+
+
+def epochs_named(numbers: list[int]) -> str:
+    """'epoch 3' or 'epochs 2, 4-9' for the ascending epoch ``numbers``."""
+    return ("epoch " if len(numbers) == 1 else "epochs ") + spans(numbers)
 
 
 def spans(numbers: list[int]) -> str:

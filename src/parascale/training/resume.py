@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parascale.config import TrainConfig, checkpoint_interval
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.record import now
 from parascale.runtime import env
@@ -169,7 +169,3 @@ def in_world(cfg: TrainConfig, world, total_steps: int) -> Choice | None:
     if answer[1]:
         raise UsageError(answer[1])
     return None if answer[0] is None else Choice(**answer[0])
-
-
-def interval(cfg: TrainConfig) -> tuple[int, str] | None:
-    return checkpoint_interval(cfg.checkpoint_every)
