@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from parascale.errors import UsageError
-from parascale.runtime.env import LOCAL_ENV, external_launcher
+from parascale.runtime.env import LOCAL_ENV, attempt, external_launcher
 
 
 
@@ -197,23 +197,28 @@ def join(device_type: str, backend: str, gpus: tuple[int, ...] | None,
     else:
         device = torch.device("cpu")
     timeout = datetime.timedelta(seconds=timeout_s)
-    if launcher == "local":
-        store = dist.TCPStore("127.0.0.1", int(os.environ[LOCAL_ENV]), is_master=False,
-                              timeout=timeout)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=size,
-                                timeout=timeout)
-    elif launcher == "slurm":
-        dist.init_process_group(backend, store=_slurm_store(rank, size, timeout), rank=rank,
-                                world_size=size, timeout=timeout,
-                                device_id=device if backend == "nccl" else None)
-    elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        dist.init_process_group(backend, store=_agent_store(timeout), rank=rank,
-                                world_size=size, timeout=timeout,
-                                device_id=device if backend == "nccl" else None)
-    else:
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
-                                timeout=timeout, device_id=device if backend == "nccl" else None)
+    store = _store(launcher, rank, size, timeout)
+    how = {"store": store} if store is not None else {"init_method": "env://"}
+    # NCCL binds its communicator to the device at once under torchrun and srun; a local
+    # launch has always joined without device_id
+    bound = device if backend == "nccl" and launcher != "local" else None
+    dist.init_process_group(backend, **how, rank=rank, world_size=size, timeout=timeout,
+                            device_id=bound)
     return World(rank, size, local_rank, device, backend, launcher)
+
+
+def _store(launcher: str, rank: int, size: int,
+           timeout: datetime.timedelta) -> dist.Store | None:
+    """The store this rank joins through: the local launcher's, rank 0's under srun, torchrun's
+    agent's; None for torch's own env:// (torchrun sharing no store with its workers)."""
+    if launcher == "local":
+        return dist.TCPStore("127.0.0.1", int(os.environ[LOCAL_ENV]), is_master=False,
+                             timeout=timeout)
+    if launcher == "slurm":
+        return _slurm_store(rank, size, timeout)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return _agent_store(timeout)
+    return None
 
 
 def _agent_store(timeout: datetime.timedelta) -> dist.Store:
@@ -221,10 +226,9 @@ def _agent_store(timeout: datetime.timedelta) -> dist.Store:
     store with the workers and keeps it across its restarts, and torch's ``env://`` no longer
     prefixes the workers' keys by attempt: a restarted attempt read the failed one's gloo
     addresses from it and could not connect (pytorch/pytorch#135712)."""
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                           is_master=False, timeout=timeout)
-    return dist.PrefixStore(f"/parascale/attempt_{attempt}", store)
+    return dist.PrefixStore(f"/parascale/attempt_{attempt()}", store)
 
 
 def leave() -> None:
