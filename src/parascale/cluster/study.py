@@ -28,6 +28,7 @@ from typing import Any
 from parascale import record as rec
 from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
 from parascale.bench.study import Job
+from parascale.columns import aligned
 from parascale.cluster import scheduler
 from parascale.cluster.script import Script, SlurmOptions, layout, render, train_flags
 from parascale.errors import UsageError
@@ -164,11 +165,7 @@ def status_table(rows: Sequence[Row]) -> str:
     head = ("configuration", "job", "state", "record", "reason")
     cells = [(r.folder, r.job_id or "-", r.state, r.outcome or "-", r.reason or "")
              for r in rows]
-    widths = [max(len(str(c[i])) for c in [head, *cells]) for i in range(4)]
-    lines = []
-    for c in [head, *cells]:
-        lines.append("  ".join(str(v).ljust(w) for v, w in zip(c[:4], widths)) + "  " + c[4])
-    return "\n".join(line.rstrip() for line in lines)
+    return aligned([head, *cells])
 
 
 # ---- submitting ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from parascale.columns import aligned
 from parascale.files import atomic_write_text
 from parascale.hpo.search import MODEL, Search, describe_value, trial_folder
 from parascale.hpo.study import INTERRUPTED
@@ -72,9 +73,7 @@ def format_table(table: list[dict[str, Any]], search: Search) -> str:
                       _cell(row["epochs"]),
                       "" if row["training_s"] is None else f"{row['training_s']:.1f}",
                       row["note"]])
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(head) - 1)]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)) + "  " +
-                     str(line[-1]) for line in lines).rstrip()
+    return aligned(lines)
 
 
 def _cell(value: Any) -> str:
