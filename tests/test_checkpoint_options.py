@@ -116,6 +116,7 @@ def test_a_checkpoint_of_other_settings_is_refused_in_one_line(tmp_path, change,
 
 def test_where_and_how_long_a_run_goes_may_change_on_resume(tmp_path):
     written(tmp_path)
+    # port is a setting compared with the checkpoint's, never bound: nothing listens here
     cfg = TrainConfig(workers=2, out=str(tmp_path / "."), resume=True, timeout=30.0, steps=40,
                       checkpoint_every="1e", keep=5, max_restarts=2, port=29500, threads=1)
     assert resume.first_choice(cfg, 2, 40, lambda line: None).step == 6
