@@ -89,7 +89,8 @@ def train_script(args: argparse.Namespace):
     from parascale import data, models
     from parascale.cli.options import config_from_args
     from parascale.cli.train_cmd import default_out
-    from parascale.cluster.script import Script, layout, options_from_args, render, train_flags
+    from parascale.cluster.script import (Script, file_pattern, layout, options_from_args,
+                                          render, train_flags)
     from parascale.config import TrainConfig, validate
     from parascale.files import check_writable_folder
     from parascale.runtime.world import devices_elsewhere
@@ -117,7 +118,7 @@ def train_script(args: argparse.Namespace):
                     f"{cfg['workers']} worker(s); record in {out}/record.json",
                     train=[*train_flags({k: v for k, v in cfg.items() if k != "out"}),
                            "--out", str(out)],
-                    output=str(out).replace("%", "%%") + "-slurm-%j.out",
+                    output=file_pattern(out) + "-slurm-%j.out",
                     nodes=nodes, tasks_per_node=per_node)
     return render(script, opts), out, opts
 
@@ -203,9 +204,7 @@ def study_plan(args: argparse.Namespace):
 
     if args.dry_run == args.submit:
         raise UsageError("give --dry-run (print the plan and the job scripts) or --submit")
-    if args.wait and not args.submit:
-        raise UsageError("--wait waits for submitted jobs: use it with --submit")
-    opts = options_from_args(args)
+    opts = options_from_args(args)  # --wait without --submit too
     if args.quiet_machine is not None:
         raise UsageError("--quiet-machine waits for this machine to be quiet; on Slurm the "
                          "scheduler gives each job its cores")

@@ -126,6 +126,12 @@ def layout(workers: int | None, opts: SlurmOptions) -> tuple[int, int]:
     return nodes, workers // nodes
 
 
+def file_pattern(path) -> str:
+    """A path as the start of a Slurm file name pattern (--output): its own '%' doubled, so
+    that only the '%j' the caller adds is read as the job id."""
+    return str(path).replace("%", "%%")
+
+
 def train_flags(train: dict[str, Any]) -> list[str]:
     """``parascale train`` options that give the TrainConfig fields in ``train`` (the inverse
     of :func:`parascale.cli.options.config_from_args`); ``out`` is left to the caller."""

@@ -30,7 +30,8 @@ from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
 from parascale.bench.study import Job
 from parascale.columns import aligned
 from parascale.cluster import scheduler
-from parascale.cluster.script import Script, SlurmOptions, layout, render, train_flags
+from parascale.cluster.script import (Script, SlurmOptions, file_pattern, layout, render,
+                                      train_flags)
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale.safejson import Refused, load
@@ -44,11 +45,6 @@ def job_name(study: Path, folder: str) -> str:
 
 def output_path(study: Path, folder: str, job_id: str) -> Path:
     return study / SLURM / f"{folder}-{job_id}.out"
-
-
-def _pattern(path: Path) -> str:
-    """A path as a Slurm file name pattern: its own '%' doubled, then '%j' for the job id."""
-    return str(path).replace("%", "%%")
 
 
 def study_train(job: Job, opts: SlurmOptions) -> dict[str, Any]:
@@ -72,7 +68,7 @@ def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
         name=job_name(study, job.folder),
         what=f"parascale study {study.name}, configuration {job.folder}: {job.label or job.folder}",
         train=[*train_flags(study_train(job, opts)), "--out", str(staging)],
-        output=_pattern(study / SLURM / job.folder) + "-%j.out",
+        output=file_pattern(study / SLURM / job.folder) + "-%j.out",
         nodes=nodes, tasks_per_node=per_node,
         before=["# the remains of an earlier attempt at this configuration",
                 f"rm -rf -- {q(str(staging))}", ""],
