@@ -4,7 +4,7 @@
 epoch whose number N divides. A step checkpoint that falls on an epoch's last step is written
 after the epoch's entry (and evaluation) instead, so that a resume starts the next epoch with
 the finished one recorded. Writing is collective (every rank's state is gathered); rank 0 writes
-the files, removes the ones beyond ``--keep``, and says one line.
+the files, removes the ones beyond ``--keep``, and says one line; every rank waits for that.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from parascale.config import TrainConfig
 from parascale.record import VERSION, now
@@ -53,6 +54,10 @@ class Keeper:
             print(f"parascale: checkpoint {found.label} (step {position['step']}, {where}; "
                   f"{self.bytes / 1e6:.1f} MB in {time.perf_counter() - started:.2f} s)",
                   flush=True)
+        if self.world.size > 1:
+            # No rank starts the next step before the files are whole: a rank that dies in that
+            # step (and so kills rank 0 mid-write) would otherwise cost this checkpoint.
+            dist.barrier()
         spent = time.perf_counter() - started
         self.written += 1
         self.write_s += spent
