@@ -1,0 +1,170 @@
+"""``--profile A:B``: torch.profiler over optimizer steps A to B on every rank, one trace each.
+
+Each rank writes DIR/traces/rank-<R>.json with the profiler's own Chrome-trace export (Perfetto
+and chrome://tracing open it). Every profiled step is a range ``parascale.step N`` holding
+``parascale.data``, ``parascale.compute``, ``parascale.sync`` and ``parascale.optimizer``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from parascale.config import TrainConfig, profile_steps
+from parascale.runtime.world import World
+from parascale.training import resume
+
+TRACES = "traces"  # the folder beside the record
+# one shared object: outside the window a phase costs a test and no allocation
+_OFF = contextlib.nullcontext()
+# the trace's own note of the steps it holds: a resumed run reads it rather than guessing
+_KEY = "parascale_steps"
+
+
+def trace_steps(path: Path) -> list[int] | None:
+    """The steps [first, last] in a trace parascale wrote, or None (absent or unreadable)."""
+    try:
+        steps = json.loads(path.read_text())[_KEY]
+        return [int(steps[0]), int(steps[1])]
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+
+
+class Profiler:
+    """What the loop calls every step; does nothing outside the profiled steps."""
+
+    def __init__(self, cfg: TrainConfig, world: World):
+        self.window = profile_steps(cfg.profile)
+        self.cfg, self.world = cfg, world
+        self.folder = Path(cfg.out or ".") / TRACES
+        self.path = self.folder / f"rank-{world.rank}.json"
+        self._prof: profile | None = None
+        self._range: Any = None  # the open ``parascale.step N``
+        self._first = self._last = self._began = None  # this process's steps; the first traced
+        self._wrote: list[int] | None = None  # the steps in the trace this process wrote
+        self._keep = False  # a resumed run leaves an earlier attempt's fuller trace alone
+        self._error = self._summary = None
+
+    def step_begins(self, step: int) -> None:
+        """Before step ``step`` (1-based) takes its first batch."""
+        if self.window is None:
+            return
+        first, last = self.window
+        if self._first is None:
+            self._first = step
+            if step == 1:  # a fresh run: an earlier run's traces in this folder are not its own
+                self._clear_stale()
+            elif first < step <= last and (held := trace_steps(self.path)) is not None:
+                self._keep = held[1] - held[0] >= last - step
+        self._last = step
+        if first <= step <= last and self._prof is None and self._wrote is None \
+                and not self._keep:
+            activities = [ProfilerActivity.CPU]
+            if self.world.device.type == "cuda":
+                activities.append(ProfilerActivity.CUDA)
+            else:  # kineto's lines on a CPU (a failed GPU count, as ERROR) are noise in the log
+                os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+            # no shapes, stacks or memory: the ranges and their times are what is asked for,
+            # and each of those multiplies a trace's size
+            self._prof = profile(activities=activities, record_shapes=False, with_stack=False,
+                                 profile_memory=False)
+            self._prof.start()
+            self._began = step
+        if self._prof is not None:  # our own range, not prof.step(): it has the run's number
+            self._range = record_function(f"parascale.step {step}")
+            self._range.__enter__()
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager:
+        """A named range (data, compute, sync, optimizer) around part of a profiled step."""
+        return _OFF if self._prof is None else record_function(f"parascale.{name}")
+
+    def step_ends(self, step: int) -> None:
+        """After step ``step``; the trace is written after the window's last step."""
+        if self._prof is None:
+            return
+        self._range.__exit__(None, None, None)
+        if step >= self.window[1]:
+            self._write(step)
+
+    def _clear_stale(self) -> None:
+        self.path.unlink(missing_ok=True)
+        if self.world.is_main:  # an earlier run with more workers left rank files beyond ours
+            for p in self.folder.glob("rank-*.json"):
+                if p.stem[5:].isdigit() and int(p.stem[5:]) >= self.world.size:
+                    p.unlink(missing_ok=True)
+
+    def _write(self, last: int) -> None:
+        """Stop and export, atomically: a reader never meets half a trace."""
+        prof, self._prof = self._prof, None
+        self._wrote = [self._began, last]
+        prof.add_metadata_json(_KEY, json.dumps(self._wrote))
+        prof.stop()
+        tmp = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=".part",
+                                       dir=self.folder)
+            os.close(fd)
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, self.path)
+        except (OSError, RuntimeError) as e:  # a trace is not worth the run: the record says it
+            self._wrote, self._error = None, f"rank {self.world.rank}'s trace: {e}"
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Once after training (also when it stopped early); collective under --profile."""
+        if self.window is None:
+            return
+        if self._prof is not None:  # training ended inside the window
+            self._write(self._last)
+        held = self._wrote or trace_steps(self.path)  # else what an earlier attempt wrote
+        mine = {"rank": self.world.rank, "steps": held, "error": self._error,
+                "earlier": self._wrote is None and held is not None}
+        facts = [mine]
+        if dist.is_initialized() and self.world.size > 1:
+            facts = [None] * self.world.size
+            dist.all_gather_object(facts, mine)
+        if not self.world.is_main:
+            return
+        s = self._summary = self._summarise(facts)
+        if s["traces"]:
+            # a local worker's --out is a staging folder: name the one the user gave
+            checkpoints = resume.checkpoints_of(self.cfg)
+            folder = checkpoints.parent / TRACES if checkpoints else self.folder
+            line = (f"traces of steps {s['profiled'][0]}-{s['profiled'][1]} written to "
+                    f"{folder} ({len(s['traces'])} ranks)")
+        else:
+            line = f"no traces of steps {s['steps'][0]}-{s['steps'][1]}"
+        print(f"parascale: {line}" + (f" ({s['note']})" if s["note"] else ""), flush=True)
+
+    def _summarise(self, facts: list[dict]) -> dict[str, Any]:
+        first, last = self.window
+        traced = [f for f in facts if f["steps"] is not None]
+        steps = traced[0]["steps"] if traced else None
+        missing = [str(f["rank"]) for f in facts if f["steps"] is None]
+        resumed = None if self._first is None else self._first - 1
+        notes = [
+            resumed is not None and resumed >= first and f"the run resumed after step {resumed}",
+            self._last is not None and self._last < last
+            and f"training ended at step {self._last}, before step {last}",
+            any(f["earlier"] for f in traced) and "the traces are an earlier attempt's",
+            not traced and "no trace was written",
+            traced and missing and f"no trace from rank(s) {', '.join(missing)}",
+            *(f"could not write {f['error']}" for f in facts if f["error"])]
+        notes = [n for n in notes if n]
+        return {"steps": [first, last], "profiled": steps,
+                "profiled_steps": steps[1] - steps[0] + 1 if steps else 0,
+                "traces": [f"{TRACES}/rank-{f['rank']}.json" for f in traced],
+                "complete": steps == [first, last] and not missing,
+                "note": "; ".join(notes) or None}
+
+    def summary(self) -> dict[str, Any] | None:
+        """The record's ``profile`` section on rank 0, or None without --profile."""
+        return self._summary
