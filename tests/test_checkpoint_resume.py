@@ -45,6 +45,11 @@ def test_a_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path, mo
         [e["train_loss"] for e in reference["epochs"]]
     assert [e["test_accuracy"] for e in record["epochs"]] == \
         [e["test_accuracy"] for e in reference["epochs"]]
+    # the epoch cut by the checkpoint keeps its steps' gradient norms: the same noise scale
+    # (to rounding: DDP's buckets after a restart split the norm's sum differently)
+    noise = [e["noise_scale"] for e in reference["epochs"]]
+    assert [e["noise_scale"] for e in record["epochs"]] == \
+        (pytest.approx(noise, rel=1e-6) if strategy == "allreduce" else [None, None])
     (entry,) = record["resumed"]
     assert (entry["by"], entry["checkpoint"], entry["step"], entry["epoch"]) == \
         ("resume", "checkpoints/step-00000006.pt", 6, 2)

@@ -106,3 +106,21 @@ def test_the_api_needs_a_folder_for_the_traces():
     with pytest.raises(UsageError, match="--profile needs --out: the traces are written into "
                                          "DIR/traces"):
         parascale.train({"profile": "2:3"})
+
+
+def test_a_run_folder_gets_the_new_runs_set_whole(tmp_path):
+    """What staging and the bench runner move into a run's folder: traces/ replaces the old
+    folder whole (no stale rank files), and a name the new run lacks goes (the set is one run's)."""
+    from parascale.runtime.staging import replace_set
+
+    new, final = tmp_path / "new", tmp_path / "final"
+    (new / "traces").mkdir(parents=True)
+    (new / "traces" / "rank-0.json").write_text("{}")
+    (new / "log.txt").write_text("new log")
+    (final / "traces").mkdir(parents=True)
+    (final / "traces" / "rank-3.json").write_text("old")
+    (final / "model.pt").write_text("old model")
+    replace_set(new, final, ("model.pt", "log.txt", "traces"))
+    assert sorted(p.name for p in (final / "traces").iterdir()) == ["rank-0.json"]
+    assert (final / "log.txt").read_text() == "new log"
+    assert not (final / "model.pt").exists()

@@ -147,6 +147,14 @@ class TrainConfig:
     """Stop training once target_accuracy is reached."""
     eval_every: int = 1
     """Evaluate on the test set every this many epochs (and always after the last)."""
+    noise_scale: bool = True
+    """Estimate the gradient noise scale every epoch from the per-device and the averaged
+    gradients' squared norms (McCandlish et al. 2018), under strategies that average gradients
+    every step on 2 or more workers: the batch beyond which a larger one helps little."""
+    profile: str | None = None
+    """Run torch.profiler over the optimizer steps A:B (1-based, both included, e.g. 10:15) on
+    every rank and write one Chrome/Perfetto trace per rank into DIR/traces, with parascale's
+    phases (data, compute, sync, optimizer) as named ranges."""
 
     port: int | None = None
     """Port of the rendezvous store of a local launch (loopback only); default: a free port."""
@@ -331,7 +339,20 @@ def checkpoint_interval(value: int | str | None) -> tuple[int, str] | None:
                      f"got {value!r}")
 
 
+def profile_steps(value: str | None) -> tuple[int, int] | None:
+    """``--profile A:B`` as (A, B), or None when not given; a UsageError quoting the value
+    when it is not two step numbers 1 <= A <= B."""
+    if value is None:
+        return None
+    first, colon, last = str(value).strip().partition(":")
+    if colon and first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last):
+        return int(first), int(last)
+    raise UsageError(f"--profile is a range of optimizer steps FIRST:LAST with 1 <= FIRST <= "
+                     f"LAST (10:15 profiles six steps), got {value!r}")
+
+
 def _validate_checkpoints(cfg: TrainConfig) -> None:
+    profile_steps(cfg.profile)
     checkpoint_interval(cfg.checkpoint_every)
     if cfg.keep < 1:
         raise UsageError(f"--keep must be a positive integer (checkpoints kept), got {cfg.keep}")
@@ -346,6 +367,9 @@ def check_run_folder(cfg: TrainConfig) -> None:
         if getattr(cfg, name) not in (None, False) and not cfg.out:
             raise UsageError(f"--{name.replace('_', '-')} needs --out: checkpoints live in "
                              "DIR/checkpoints, the folder of the run")
+    if cfg.profile is not None and not cfg.out:
+        raise UsageError("--profile needs --out: the traces are written into DIR/traces, next "
+                         "to the run's record")
 
 
 def _validate_strategy_options(cfg: TrainConfig) -> None:

@@ -24,6 +24,7 @@ VERSION = "0.1.0"  # the same as pyproject.toml's; parascale.__version__ is this
 SCHEMA = "parascale.run/1"
 RECORD_NAME = "record.json"
 MODEL_NAME = "model.pt"  # beside the record when the run saved its model
+TRACES_NAME = "traces"  # beside the record with --profile: one trace per rank
 LOG_NAME = "log.txt"  # beside the record: rank 0's console output (and the launcher's)
 STATUSES = ("ok", "failed", "oom", "skipped")
 COMM_SCHEMA = "parascale.comm/1"  # ``parascale comm``'s record, described in docs/strategies.md
@@ -90,7 +91,7 @@ def failure_record(config: dict[str, Any], status: str, reason: str, derived: di
             "config": config, "derived": derived, "environment": environment_, "epochs": [],
             "steps": None, "memory": None, "time_to_accuracy": None, "sync": None,
             "machine": None, "timing": None, "resumed": None, "restarts": [],
-            "checkpoints": None, "summary": None, "study": None}
+            "checkpoints": None, "profile": None, "noise": None, "summary": None, "study": None}
 
 
 def dumps(record: dict[str, Any]) -> str:

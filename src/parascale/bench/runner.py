@@ -41,6 +41,7 @@ from parascale.bench.study import Job
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
+from parascale.runtime.staging import replace_set
 from parascale.safejson import Refused, read_plan
 
 __all__ = ["RERUN", "StudyRunner", "run_study", "existing_records", "planned_jobs"]
@@ -132,9 +133,8 @@ class StudyRunner:
         final = self.study / RUNS / job.folder
         staging = self.study / STAGING / job.folder
         final.mkdir(parents=True, exist_ok=True)
-        for name in ("model.pt", rec.LOG_NAME):  # the run's model and console log
-            if (staging / name).exists():
-                (staging / name).replace(final / name)
+        # the run's model, console log and traces
+        replace_set(staging, final, (rec.MODEL_NAME, rec.LOG_NAME, rec.TRACES_NAME))
         record["study"] = self._study_block(job)
         if isinstance(record.get("config"), dict):
             record["config"]["out"] = str(final)

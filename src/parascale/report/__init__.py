@@ -16,6 +16,7 @@ from pathlib import Path
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale.report.accuracy import apply_target
+from parascale.report.explain import noise_sentences
 from parascale.report.html import render_html
 from parascale.report.inplan import keep_planned, outside_lines
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
@@ -60,7 +61,8 @@ def terminal_summary(loaded: Loaded) -> str:
     rows = summary_rows(loaded.records)
     text = format_terminal(rows, loaded.unfinished, loaded.problems, outside_lines(loaded))
     warning = busy_sentence(rows)  # already at the head of the busy-machine block
-    said = [s for s in sentences(rows, loaded.unfinished) if s != warning]
+    said = [s for s in sentences(rows, loaded.unfinished) if s != warning] + \
+        noise_sentences(loaded.records)
     if not said:
         return text
     return text + "\n\n" + "\n".join(line for s in said for line in wrap(s))
@@ -80,6 +82,7 @@ def write_loaded(loaded: Loaded, out_dir: Path) -> Path:
                                                                    outside_lines(loaded)))
         write_plots(plots, out_dir)
         files = ["summary.csv", "summary.md"] + [f"{p.name}.{ext}" for p in plots for ext in ("png", "svg")]
-        return atomic_write_text(out_dir / "report.html", render_html(loaded, rows, plots, files))
+        return atomic_write_text(out_dir / "report.html",
+                                 render_html(loaded, rows, plots, files, out_dir))
     except OSError as exc:
         raise UsageError(f"report: cannot write to {out_dir}: {exc.strerror or exc}") from exc

@@ -12,9 +12,11 @@ import base64
 import datetime as _dt
 from collections import defaultdict
 from html import escape
+from pathlib import Path
 from typing import Any, Iterable
 
 import parascale
+from parascale.report.explain import noise_html, traces_html
 from parascale.report.inplan import outside_lines
 from parascale.report.load import Loaded, RunRecord
 from parascale.report.plots import Plot
@@ -89,8 +91,9 @@ DEFINITIONS = [
 
 
 def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
-                files: Iterable[str] = ()) -> str:
-    """The whole page as a string; pure, so tests can check it without a browser."""
+                files: Iterable[str] = (), out_dir: Path | None = None) -> str:
+    """The whole page as a string; pure, so tests can check it without a browser. ``out_dir``,
+    where the page goes, makes its links to the runs' traces relative."""
     studies = ", ".join(s.label for s in loaded.sources)
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
@@ -104,6 +107,8 @@ def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
         "<h2>What was run</h2>", _configurations(loaded), "<h3>Environment</h3>", _environment(loaded),
         "<h2>Results</h2>", _tables(rows), "<h3>How to read the tables</h3>", _definitions(),
         "<h2>Plots</h2>", _plots(plots),
+        "<h2>Explaining the runs</h2>", "<h3>Gradient noise scale</h3>",
+        noise_html(loaded.records), "<h3>Traces</h3>", traces_html(loaded.records, out_dir),
         "<h2>Not finished or unreadable</h2>", _issues(loaded), _outside(loaded),
     ]
     if files:

@@ -55,11 +55,7 @@ class Staging:
         with deferred():
             self.out.mkdir(exist_ok=True)
             (self.out / record_name).unlink(missing_ok=True)
-            for name in companions:
-                if (self.path / name).exists():
-                    os.replace(self.path / name, self.out / name)
-                else:
-                    (self.out / name).unlink(missing_ok=True)
+            replace_set(self.path, self.out, companions)
             atomic_write_text(self.out / record_name, text)
             self.committed = True
 
@@ -77,6 +73,20 @@ class Staging:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def replace_set(source: Path, target: Path, names: tuple[str, ...]) -> None:
+    """Move each of ``names`` (files, or folders such as traces/) from ``source`` into
+    ``target``, replacing what is there; one that ``source`` lacks is removed from ``target``,
+    since the files there are one run's set."""
+    for name in names:
+        there = target / name
+        if there.is_dir() and not there.is_symlink():
+            shutil.rmtree(there)
+        if (source / name).exists():
+            os.replace(source / name, there)
+        else:
+            there.unlink(missing_ok=True)
 
 
 def produce(out: str | None, scratch_prefix: str, run: Callable[[Path], dict[str, Any]],

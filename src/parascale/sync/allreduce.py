@@ -16,8 +16,8 @@ from parascale.sync.base import Strategy
 class _BucketClock:
     """State of the timing hook: when the last gradient bucket of this backward was ready."""
 
-    def __init__(self, state: Any, hook, cuda: bool):
-        self.state, self.hook, self.cuda = state, hook, cuda
+    def __init__(self, state: Any, hook, cuda: bool, owner: Strategy):
+        self.state, self.hook, self.cuda, self.owner = state, hook, cuda, owner
         self.last: Any = None
 
     def take(self) -> Any:
@@ -38,6 +38,10 @@ def _timed_hook(clock: _BucketClock, bucket):
         clock.last = event
     else:
         clock.last = time.perf_counter()
+    owner = clock.owner
+    if owner.want_local_sq:  # the noise scale: this rank's gradient, before it is averaged
+        sq = torch.linalg.vector_norm(bucket.buffer()).double() ** 2
+        owner.local_sq = sq if owner.local_sq is None else owner.local_sq + sq
     return clock.hook(clock.state, bucket)
 
 
@@ -72,7 +76,7 @@ class AllReduce(Strategy):
                                              bucket_cap_mb=self.cfg.bucket_mb)
         compressor = compression.make(self.cfg.compression, self.cfg.powersgd_rank)
         state, hook = compressor.ddp_hook()
-        self._clock = _BucketClock(state, hook, self.world.device.type == "cuda")
+        self._clock = _BucketClock(state, hook, self.world.device.type == "cuda", self)
         self.model.register_comm_hook(self._clock, _timed_hook)
         n = self.world.size
         # ring allreduce: every rank sends 2(n-1)/n of the bytes that enter the allreduce
@@ -87,6 +91,12 @@ class AllReduce(Strategy):
 
     def compute_end(self) -> Any | None:
         return None if self._clock is None else self._clock.take()
+
+    def noise_refusal(self) -> str | None:
+        if self.cfg.compression == "powersgd":
+            return ("--compression powersgd averages a low-rank approximation of the gradients, "
+                    "not their mean; measure the noise scale with --compression none")
+        return None
 
     def options(self) -> dict:
         return {"bucket_mb": self.cfg.bucket_mb, **super().options()}

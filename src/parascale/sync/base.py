@@ -76,6 +76,10 @@ class Strategy:
         self.model: nn.Module | None = None
         #: bytes this rank sends per optimizer step, where the strategy knows it
         self.bytes_per_step: int | None = None
+        #: set by the noise-scale measurement (training/noise.py) when it runs: keep this
+        #: rank's squared gradient norm from before the exchange for ``take_local_sq``
+        self.want_local_sq = False
+        self.local_sq: torch.Tensor | None = None
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Take the model (already on the device) and return the module the loop trains."""
@@ -142,6 +146,18 @@ class Strategy:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from ``state`` (this rank's ``state_dict()`` of the checkpoint), after
         ``wrap`` and after the model and the optimizer were restored. Collective."""
+
+    def noise_refusal(self) -> str | None:
+        """Why the gradient noise scale cannot be measured under this strategy, or None when it
+        can: after ``synchronize`` every rank's gradients are the global batch's mean, and
+        ``take_local_sq`` gives this rank's squared gradient norm from before the exchange."""
+        return (f"--sync {self.name} never forms the global batch's mean gradient on the "
+                "workers; the noise scale is measured under --sync allreduce or reduce-broadcast")
+
+    def take_local_sq(self) -> torch.Tensor | None:
+        """This step's squared norm of this rank's own gradient (before the exchange), once."""
+        value, self.local_sq = self.local_sq, None
+        return value
 
     def options(self) -> dict[str, Any]:
         """Strategy settings for the run record (``derived.sync_options``): the declared

@@ -54,6 +54,8 @@ class ReduceBroadcast(Strategy):
             return
         squeeze = self.compressor
         grads = self.flat.gather_grads(self.buffer)
+        if self.want_local_sq:  # the noise scale: this rank's gradient, before the exchange
+            self.local_sq = torch.linalg.vector_norm(grads).double() ** 2
         peers = [r for r in range(n) if r != ROOT]
         if self.world.rank == ROOT:
             wire = squeeze.compress(grads)
@@ -73,6 +75,9 @@ class ReduceBroadcast(Strategy):
             _exchange([dist.P2POp(dist.irecv, wire, ROOT)])
             squeeze.decompress(wire, grads)
         self.flat.scatter_grads(grads)
+
+    def noise_refusal(self) -> str | None:
+        return None  # every rank gets the mean back; the compressors are casts
 
     def options(self) -> dict:
         return {**super().options(), "root": ROOT,

@@ -199,7 +199,8 @@ def _launch_local(cfg: TrainConfig, size: int, derived: dict[str, Any],
     return produce(cfg.out, "parascale-run-",
                    lambda folder: _run_job(cfg, size, derived, store, folder, since, choice,
                                            said or []),
-                   rec.RECORD_NAME, rec.dumps, companions=(rec.MODEL_NAME, rec.LOG_NAME))
+                   rec.RECORD_NAME, rec.dumps,
+                   companions=(rec.MODEL_NAME, rec.LOG_NAME, rec.TRACES_NAME))
 
 
 def _open_log(cfg: TrainConfig, folder: Path) -> ConsoleLog | None:

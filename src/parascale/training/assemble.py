@@ -37,7 +37,8 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
     ``steady`` is this rank's steady step rows, what was left out of them and which steps they
     are; ``window`` its share of the contention measurement (``CpuWatch.end_window``);
     ``search``: the trial's number and the epoch it was pruned after, in a hyperparameter search;
-    ``continuity``: the record's ``resumed``, ``restarts`` and ``checkpoints`` sections.
+    ``continuity``: the record's ``resumed``, ``restarts``, ``checkpoints``, ``profile`` and
+    ``noise`` sections.
     ``times``: ``total_s`` is the run's training time (earlier attempts' up to the checkpoint
     this one resumed included), ``training_s`` this attempt's.
     """
@@ -76,7 +77,8 @@ def assemble(cfg: TrainConfig, world: World, plan, strategy, epochs: list[dict],
         "timing": {"training_s": times.get("training_s", times["total_s"]),
                    "first_step_at": times["first_step_at"]}
         if world.launcher == "local" else None,
-        **(continuity or {"resumed": None, "restarts": [], "checkpoints": None}),
+        **(continuity or {"resumed": None, "restarts": [], "checkpoints": None,
+                          "profile": None, "noise": None}),
         "summary": {
             "setup_time_s": times["setup_s"], "total_time_s": times["total_s"],
             **steady_figures(epochs, rows, steps_source, plan.steps_per_epoch,

@@ -34,6 +34,8 @@ from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
 from parascale.training.keeper import Keeper
 from parascale.training.measure import StepClock, epochs_named
+from parascale.training.noise import NoiseScale
+from parascale.training.profiling import Profiler
 from parascale.training.sampling import train_shard
 
 
@@ -107,6 +109,8 @@ class _Run:
     resumed: list[dict] = field(default_factory=list)  # every resume of the run, oldest first
     choice: resume.Choice | None = None
     learners: int | None = None  # SMA's count, resolved (auto is tuned once per run)
+    profiler: Profiler | None = None  # --profile: traces of a window of steps
+    noise: NoiseScale | None = None  # the gradient noise scale, measured every step
 
     def progress(self) -> dict[str, Any]:
         """What the record needs from before a checkpoint (see training/state.py)."""
@@ -140,6 +144,9 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
             run.keeper.write(run, {"step": run.step, "epoch": epoch + 1, "done": 0})
         if stop:
             break
+    run.profiler.close()
+    if world.is_main and run.noise.line():
+        print(run.noise.line(), flush=True)
     run.strategy.finish()
     ended = time.perf_counter()
     window = run.cpu.end_window()
@@ -161,7 +168,8 @@ def _continuity(run: _Run, started: str) -> dict[str, Any]:
                                    f"{env.attempt()}); it does not say which rank failed, or why",
                          "from_step": run.choice.step if run.choice else None})
     return {"resumed": run.resumed or None, "restarts": restarts,
-            "checkpoints": run.keeper.summary() if run.keeper is not None else None}
+            "checkpoints": run.keeper.summary() if run.keeper is not None else None,
+            "profile": run.profiler.summary(), "noise": run.noise.summary()}
 
 
 def _set_up(cfg: TrainConfig, world: World) -> _Run:
@@ -208,7 +216,9 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
     run = _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
                StepClock(device), cpu, tuning_s=tuning_s, judge=Judge.from_env(world),
                choice=choice,
-               learners=cfg.learners if isinstance(cfg.learners, int) else None)
+               learners=cfg.learners if isinstance(cfg.learners, int) else None,
+               profiler=Profiler(cfg, world),
+               noise=NoiseScale(cfg, world, strategy, plan, scaler))
     folder = resume.checkpoints_of(cfg)
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
@@ -245,6 +255,7 @@ def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[
         loss_sum += part["loss_sum"].to(device)
         carried_s = float(part["time_s"])
         run.clock.rows = part["rows"].tolist()
+        run.noise.restore(part.get("noise"))
     batches = iter(run.bundle.train.batches([mb for s in shard[done:] for mb in s], device,
                                             train=True, generator=generator,
                                             loader_workers=cfg.loader_workers))
@@ -257,7 +268,8 @@ def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[
             run.clock.flush()
             mine = {"done": i + 1, "loss_sum": loss_sum,
                     "time_s": carried_s + time.perf_counter() - t_epoch - paused,
-                    "rows": torch.tensor(run.clock.rows, dtype=torch.float64).reshape(-1, 5)}
+                    "rows": torch.tensor(run.clock.rows, dtype=torch.float64).reshape(-1, 5),
+                    "noise": run.noise.part()}
             paused += run.keeper.write(run, {"step": run.step, "epoch": epoch, "done": i + 1},
                                        mine, generator)
     run.divergence.settle(final=True)
@@ -269,6 +281,7 @@ def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[
     rows = run.clock.restart()
     entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
                          run.cpu.end_epoch(), epoch in run.warm)
+    entry.update(run.noise.end_epoch(epoch))
     if part or (run.resumed and epoch == run.position["epoch"]):
         entry["resumed"] = True  # its time spans a restart: a warm-up epoch again
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
@@ -299,27 +312,37 @@ def _step(run: _Run, batches, loss_sum: torch.Tensor) -> float:
                          milestones=cfg.lr_milestones, gamma=cfg.lr_gamma)
     for group in optimizer.param_groups:
         group["lr"] = rate
+    prof = run.profiler
+    prof.step_begins(step)
     clock.start()
-    micro = [next(batches) for _ in range(accumulate)]
+    with prof.phase("data"):
+        micro = [next(batches) for _ in range(accumulate)]
     clock.mark()
-    for m, (x, y) in enumerate(micro):
-        with strategy.accumulating(last=m == accumulate - 1), _autocast(cfg, run.world.device):
-            loss = run.faults.loss(step, run.loss_fn(run.net(x), y))
-        step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
-        if m == accumulate - 1:
-            run.divergence.observe(step, step_loss, rate)  # an all-reduce overlapping the step
-        scaled = loss / accumulate
-        (run.scaler.scale(scaled) if run.scaler else scaled).backward()
-        loss_sum += loss.detach().double() * y.shape[0]
+    with prof.phase("compute"):
+        for m, (x, y) in enumerate(micro):
+            with strategy.accumulating(last=m == accumulate - 1), \
+                    _autocast(cfg, run.world.device):
+                loss = run.faults.loss(step, run.loss_fn(run.net(x), y))
+            step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
+            if m == accumulate - 1:
+                run.divergence.observe(step, step_loss, rate)  # an all-reduce overlapping
+            scaled = loss / accumulate
+            (run.scaler.scale(scaled) if run.scaler else scaled).backward()
+            loss_sum += loss.detach().double() * y.shape[0]
     clock.boundary(strategy.compute_end())
-    strategy.synchronize(optimizer)
+    with prof.phase("sync"):
+        strategy.synchronize(optimizer)
     clock.boundary()
-    strategy.step(optimizer, run.scaler)
-    optimizer.zero_grad(set_to_none=True)
+    with prof.phase("optimizer"):
+        run.noise.observe()  # the averaged gradient, before the optimizer uses it
+        strategy.step(optimizer, run.scaler)
+        optimizer.zero_grad(set_to_none=True)
     clock.boundary()
-    strategy.after_step(step)
-    run.divergence.settle()  # decides the step before: its wait, if any, counts as sync
+    with prof.phase("sync"):
+        strategy.after_step(step)
+        run.divergence.settle()  # decides the step before: its wait, if any, counts as sync
     clock.stop()
+    prof.step_ends(step)
     return rate
 
 
@@ -419,5 +442,7 @@ def _epoch_line(entry: dict, plan: Plan) -> str:
     if entry["partial"]:
         notes.append(f"partial, {entry['steps']} of {plan.steps_per_epoch} steps")
     note = f" ({'; '.join(notes)})" if notes else ""
+    if entry.get("noise_scale") is not None:
+        test += f", noise scale {entry['noise_scale']:,.0f}"
     return (f"epoch {entry['epoch']}/{plan.epochs}{note}: {entry['wall_time_s']:.2f} s, "
             f"{entry['throughput']:,.0f} samples/s, train loss {entry['train_loss']:.4f}{test}")

@@ -17,10 +17,11 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from parascale.config import TrainConfig, profile_steps
+from parascale.record import TRACES_NAME
 from parascale.runtime.world import World
 from parascale.training import resume
 
-TRACES = "traces"  # the folder beside the record
+TRACES = TRACES_NAME  # the folder beside the record
 # one shared object: outside the window a phase costs a test and no allocation
 _OFF = contextlib.nullcontext()
 # the trace's own note of the steps it holds: a resumed run reads it rather than guessing

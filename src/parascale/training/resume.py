@@ -32,6 +32,7 @@ MAY_DIFFER = frozenset({
     "out", "port", "timeout", "max_restarts", "checkpoint_every", "keep", "resume", "save_model",
     "oversubscribe", "verify_data", "download", "data_dir", "loader_workers", "threads",
     "epochs", "steps", "eval_every", "target_accuracy", "stop_at_target", "workers", "gpus",
+    "profile", "noise_scale",  # they measure, and change nothing the checkpoint holds
 })
 
 

@@ -1,0 +1,61 @@
+"""The report's "Explaining the runs": each run's gradient noise scale (the record's ``noise``
+section) and links to its traces (``profile``), in the terminal summary and on the page."""
+from __future__ import annotations
+
+import pytest
+
+from parascale.report import load_studies, terminal_summary, write_report
+from conftest import record, write_study
+
+
+def noise(value, batch, se=None, epoch=3, reason=None):
+    return {"measured": reason is None, "reason": reason, "per_device_batch": batch // 2,
+            "global_batch": batch, "noise_scale": value, "noise_scale_se": se, "epoch": epoch,
+            "advice": None if value is None else f"batches beyond about {value:,.0f} give "
+                                                 "diminishing returns for this model now"}
+
+
+@pytest.fixture
+def study(tmp_path):
+    one, two, four = record(1, 100.0), record(2, 180.0), record(4, 300.0)
+    one["noise"] = noise(None, 32, reason="one worker has one batch size")
+    two["noise"] = noise(812.4, 64, se=61.0)
+    four["noise"] = noise(1234.0, 128, se=None)
+    two["profile"] = {"steps": [10, 12], "traces": ["traces/rank-0.json", "traces/rank-1.json"],
+                      "complete": True, "note": None}
+    # a record is input: a name that is not one --profile writes is never linked
+    four["profile"] = {"steps": [1, 2], "traces": ["javascript:alert(1)", "/etc/passwd",
+                                                   "traces/../../x.json"], "note": "<b>x</b>"}
+    return write_study(tmp_path / "study", [one, two, four])
+
+
+def test_the_terminal_says_each_runs_noise_scale_and_the_largest_batchs_advice(study):
+    text = " ".join(terminal_summary(load_studies([study])).split())
+    assert "Gradient noise scale of smallcnn on digits" in text
+    assert "at global batch 64: 812 ± 61 (epoch 3)" in text
+    assert "at global batch 128: 1,234 (epoch 3)" in text
+    assert text.index("batch 64:") < text.index("batch 128:")
+    assert "By the last: batches beyond about 1,234 give diminishing returns" in text
+
+
+def test_the_page_tables_the_noise_scale_and_links_the_traces_relative_to_it(study):
+    page = write_report([study]).read_text()
+    section = page[page.index("<h2>Explaining the runs</h2>"):]
+    assert "812 ± 61 (epoch 3)" in section
+    assert "one worker has one batch size" in section  # a run without it says why
+    # STUDY/report/report.html -> STUDY/runs/<config>/traces/rank-R.json
+    two = load_studies([study]).records[1]
+    for rank in (0, 1):
+        assert f'<a href="../runs/{two.config_id}/traces/rank-{rank}.json">rank {rank}</a>' \
+            in section
+    assert "javascript:" not in section and "/etc/passwd" not in section
+    assert "../../x.json" not in section
+    assert "&lt;b&gt;x&lt;/b&gt;" in section and "<b>x</b>" not in section
+
+
+def test_records_without_either_say_so_and_nothing_else(tmp_path):
+    folder = write_study(tmp_path / "old", [record(1, 100.0), record(2, 190.0)])
+    assert "noise scale" not in terminal_summary(load_studies([folder]))
+    page = write_report([folder]).read_text()
+    assert "No run recorded a gradient noise scale." in page
+    assert "No run was profiled" in page
