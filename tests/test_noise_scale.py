@@ -42,6 +42,27 @@ def test_the_estimator_recovers_the_known_noise_scale_of_least_squares(ranks, ba
     assert abs(figures["noise_scale"] - TRUE_NOISE) < 3 * figures["noise_scale_se"]
 
 
+def test_batches_drawn_without_replacement_from_a_small_training_set_are_corrected_for():
+    """Training draws each step's batches from a permutation of n samples, as here: the
+    population's own gradient and covariance are the truth, and without the finite-population
+    correction B_simple would come out too high by a share of about B_simple/n (half, here)."""
+    n, ranks, batch, steps = 120, 4, 16, 3000
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(n, D, generator=gen, dtype=torch.float64)
+    y = x @ torch.randn(D, generator=gen, dtype=torch.float64) + \
+        5 * torch.randn(n, generator=gen, dtype=torch.float64)
+    per_sample = x * (x @ torch.zeros(D, dtype=torch.float64) - y).unsqueeze(-1)  # at w = 0
+    mean = per_sample.mean(0)
+    truth = float((per_sample - mean).square().sum(1).mean() / mean.square().sum())
+    draws = torch.stack([torch.randperm(n, generator=gen)[:ranks * batch] for _ in range(steps)])
+    g = per_sample[draws].reshape(steps, ranks, batch, D).mean(2)
+    local_sq, global_sq = g.square().sum(-1), g.mean(1).square().sum(-1)
+    corrected = estimate(local_sq, global_sq, batch, ranks * batch, population=n)
+    assert corrected["noise_scale"] == pytest.approx(truth, rel=TOLERANCE)
+    naive = estimate(local_sq, global_sq, batch, ranks * batch)["noise_scale"]
+    assert naive > truth * (1 + 0.5 * truth / n)  # the bias the correction removes
+
+
 def test_the_naive_ratio_of_one_batch_size_would_be_far_off():
     """Why two batch sizes: |g|² alone mixes noise into the signal (a test that can fail if
     the estimator ever degenerated into using one of them)."""

@@ -218,7 +218,7 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
                choice=choice,
                learners=cfg.learners if isinstance(cfg.learners, int) else None,
                profiler=Profiler(cfg, world),
-               noise=NoiseScale(cfg, world, strategy, plan, scaler))
+               noise=NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)))
     folder = resume.checkpoints_of(cfg)
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:

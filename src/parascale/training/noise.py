@@ -30,10 +30,16 @@ from parascale.sync.base import unwrap
 BLOCKS = 10  # jackknife blocks of steps
 
 
-def estimate(local_sq: torch.Tensor, global_sq: torch.Tensor, small: int, big: int
-             ) -> dict[str, Any]:
+def estimate(local_sq: torch.Tensor, global_sq: torch.Tensor, small: int, big: int,
+             population: int | None = None) -> dict[str, Any]:
     """The epoch's figures from ``local_sq`` (steps x ranks: each rank's |g_i|² before the
     exchange) and ``global_sq`` (steps: |G_B|² after it), batches ``small`` = b and ``big`` = B.
+
+    ``population``: the n training samples the batches are drawn from without replacement (an
+    epoch's permutation). A mean of m of them then varies by tr(Σ)/m·(n−m)/(n−1), not tr(Σ)/m,
+    and the two-batch estimators return |G|² − T/n and T = n·tr(Σ)/(n−1) instead; undoing that
+    is exact: |G|² = est + T/n, tr(Σ) = T·(n−1)/n. Without it (None) the paper's formulas stand,
+    which assume independent draws: they overstate B_simple by a share of about B_simple/n.
 
     ``noise_scale`` is None (with a ``noise_note``) when an estimate is not positive: for |G|²
     the gradient's noise swamps its mean at these batches; for tr(Σ), the big batch's gradient
@@ -44,6 +50,9 @@ def estimate(local_sq: torch.Tensor, global_sq: torch.Tensor, small: int, big: i
     big_sq = global_sq.double()
     grad_sq = (big * big_sq - small * small_sq) / (big - small)
     trace = (small_sq - big_sq) / (1 / small - 1 / big)
+    if population is not None:
+        grad_sq = grad_sq + trace / population
+        trace = trace * (population - 1) / population
     steps = int(grad_sq.numel())
     out: dict[str, Any] = {"noise_scale": None, "noise_scale_se": None,
                            "grad_sq": float(grad_sq.mean()), "trace_sigma": float(trace.mean()),
@@ -104,8 +113,8 @@ class NoiseScale:
     """The loop's measurement: ``observe`` after every step's exchange, ``end_epoch`` (collective)
     for the epoch entry's figures, ``summary`` for the record's ``noise`` section."""
 
-    def __init__(self, cfg, world, strategy, plan, scaler):
-        self.world, self.strategy = world, strategy
+    def __init__(self, cfg, world, strategy, plan, scaler, population: int | None = None):
+        self.world, self.strategy, self.population = world, strategy, population
         derived = plan.derived
         self.small = derived.per_device_batch * cfg.accumulate
         self.big = derived.global_batch
@@ -151,7 +160,7 @@ class NoiseScale:
         if mine.shape[0] == 0:
             return {"noise_scale": None, "noise_note": "no step measured in this epoch"}
         local = torch.stack([g[:, 0] for g in gathered], dim=1).cpu()
-        figures = estimate(local, mine[:, 1].cpu(), self.small, self.big)
+        figures = estimate(local, mine[:, 1].cpu(), self.small, self.big, self.population)
         if figures["noise_scale"] is not None:
             self.last = {"epoch": epoch, **figures}
         return figures
