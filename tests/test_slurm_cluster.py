@@ -132,9 +132,5 @@ def test_cancelled_and_failed_jobs_are_recorded_with_the_reason_and_resubmitted_
     assert "task 1: Exited with exit code 1: RuntimeError: injected fault on rank 1" in \
         crashed["reason"]
     assert "1 of 2 runs failed" in done.stderr
-
-    # and once more, fixed: the failed one alone runs, and the study is whole
-    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", "--wait",
-                     cwd=tmp_path)
-    assert "1 job(s) submitted" in done.stdout
-    assert all(record(study / "runs" / f)["status"] == "ok" for f in by_workers.values())
+    # (that a resubmitted configuration which succeeds completes the study is the study test's
+    # own run; a third submission here would cost the suite ~15 s to show it again)
