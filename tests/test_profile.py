@@ -26,17 +26,22 @@ def trace_names(path) -> set[str]:
 @pytest.mark.slow
 def test_two_workers_write_one_trace_each_with_the_phases_as_named_ranges(tmp_path):
     out = tmp_path / "run"
-    record, _ = run_training(out, steps=4, profile="2:3", **RUN)
+    record, _ = run_training(out, steps=12, profile="7:8", **RUN)  # in epoch 2 of 3
     assert record["profile"] == {
-        "steps": [2, 3], "profiled": [2, 3], "profiled_steps": 2,
+        "steps": [7, 8], "profiled": [7, 8], "profiled_steps": 2,
         "traces": ["traces/rank-0.json", "traces/rank-1.json"], "complete": True, "note": None}
     assert sorted(p.name for p in (out / "traces").iterdir()) == ["rank-0.json", "rank-1.json"]
     for rank in (0, 1):
         names = trace_names(out / "traces" / f"rank-{rank}.json")
         assert PHASES <= names
         steps = {n for n in names if n.startswith("parascale.step ")}
-        assert steps == {"parascale.step 2", "parascale.step 3"}  # the window, no more
-    assert "parascale: traces of steps 2-3 written to " in (out / "log.txt").read_text()
+        assert steps == {"parascale.step 7", "parascale.step 8"}  # the window, no more
+    assert "parascale: traces of steps 7-8 written to " in (out / "log.txt").read_text()
+    # the profiler slowed epoch 2: it is no steady figure
+    assert [e.get("profiled", False) for e in record["epochs"]] == [False, True, False]
+    assert record["steps"]["excluded"] == "epoch 1 (warm-up) and epoch 2 (profiled)"
+    assert record["summary"]["steady_source"] == "the steps of epoch 3"
+    assert "epoch 2/3 (profiled): " in (out / "log.txt").read_text()
 
 
 @pytest.mark.slow

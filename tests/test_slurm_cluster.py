@@ -80,29 +80,14 @@ def test_a_two_task_job_trains_as_one_world_under_srun(cluster, tmp_path):
     assert "#SBATCH --ntasks-per-node=2" in script  # what was submitted is the script kept
 
 
-def test_a_study_runs_one_job_per_configuration_and_reports_unchanged(cluster, tmp_path):
-    study = tmp_path / "study"
-    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", "--wait",
-                     cwd=tmp_path)
-    assert "2 job(s) submitted" in done.stdout and "report:" in done.stdout
-    for workers, folder in folders(study).items():
-        run = record(study / "runs" / folder)
-        assert run["status"] == "ok" and run["derived"]["world_size"] == workers
-        assert run["study"]["name"] == "study" and run["study"]["config_id"] == folder
-        assert run["environment"]["launcher"] == ("slurm" if workers > 1 else "local")
-    assert not (study / ".running").exists() or not any((study / ".running").iterdir())
-    status = parascale("slurm", "status", str(study), cwd=tmp_path).stdout
-    assert status.count("COMPLETED") == 2 and "2 ok" in status
-    report = parascale("report", str(study), "--out", str(tmp_path / "report"), cwd=tmp_path)
-    assert (tmp_path / "report" / "report.html").is_file(), report.stdout
-    assert "2 workers" in (tmp_path / "report" / "summary.md").read_text() or \
-        "| 2" in (tmp_path / "report" / "summary.md").read_text()
-
-
-def test_cancelled_and_failed_jobs_are_recorded_with_the_reason_and_resubmitted_alone(
+def test_a_study_is_one_job_per_configuration_and_a_cancelled_or_failed_one_is_resubmitted_alone(
         cluster, tmp_path):
+    """One study through its life: submitted, one job cancelled (recorded with Slurm's reason),
+    resubmitted with a crashing worker (only that configuration goes, and fails with its
+    error), then fixed: the study is whole, filed in its folder and reported unchanged."""
     study = tmp_path / "study"
-    parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", cwd=tmp_path)
+    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", cwd=tmp_path)
+    assert "2 job(s) submitted" in done.stdout
     by_workers, jobs = folders(study), ledger(study)
     two = by_workers[2]
     subprocess.run(["scancel", jobs[two]], check=True)  # queued or training: either way
@@ -132,5 +117,19 @@ def test_cancelled_and_failed_jobs_are_recorded_with_the_reason_and_resubmitted_
     assert "task 1: Exited with exit code 1: RuntimeError: injected fault on rank 1" in \
         crashed["reason"]
     assert "1 of 2 runs failed" in done.stderr
-    # (that a resubmitted configuration which succeeds completes the study is the study test's
-    # own run; a third submission here would cost the suite ~15 s to show it again)
+
+    # and once more, fixed: the failed one alone runs, and the study is whole
+    done = parascale("slurm", "bench", *STUDY, "--out", str(study), "--submit", "--wait",
+                     cwd=tmp_path)
+    assert "1 job(s) submitted" in done.stdout and "report:" in done.stdout
+    for workers, folder in by_workers.items():
+        run = record(study / "runs" / folder)
+        assert run["status"] == "ok" and run["derived"]["world_size"] == workers
+        assert run["study"]["name"] == "study" and run["study"]["config_id"] == folder
+        assert run["environment"]["launcher"] == ("slurm" if workers > 1 else "local")
+    assert not (study / ".running").exists() or not any((study / ".running").iterdir())
+    status = parascale("slurm", "status", str(study), cwd=tmp_path).stdout
+    assert status.count("COMPLETED") == 2 and "2 ok" in status
+    parascale("report", str(study), "--out", str(tmp_path / "report"), cwd=tmp_path)
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert "| 2" in (tmp_path / "report" / "summary.md").read_text()

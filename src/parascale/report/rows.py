@@ -256,14 +256,15 @@ def is_busy(record: RunRecord) -> bool:
 
 
 def steady_epoch_throughputs(record: RunRecord) -> list[float]:
-    """The run's steady epochs' throughputs: warm-up and partial epochs left out, and none when
-    the only epoch stood in for the steady figures (``summary.warmup_included``)."""
+    """The run's steady epochs' throughputs: warm-up, partial and profiled epochs left out, and
+    none when the only epoch stood in for the steady figures (``summary.warmup_included``)."""
     if record.get("summary", "warmup_included"):
         return []
     epochs = record.get("epochs", default=[])
     found = []
     for epoch in epochs if isinstance(epochs, list) else []:
-        if isinstance(epoch, dict) and not epoch.get("warmup") and not epoch.get("partial"):
+        if isinstance(epoch, dict) and not any(epoch.get(k) for k in ("warmup", "partial",
+                                                                        "profiled")):
             value = epoch.get("throughput")
             if isinstance(value, (int, float)) and not isinstance(value, bool) \
                     and math.isfinite(value) and value > 0:

@@ -260,6 +260,7 @@ def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[
                                             train=True, generator=generator,
                                             loader_workers=cfg.loader_workers))
     t_epoch, paused = time.perf_counter(), 0.0  # paused: writing checkpoints, not training
+    first_step = run.step + 1
     rate = run.optimizer.param_groups[0]["lr"]
     for i in range(done, count):
         rate = _step(run, batches, loss_sum)
@@ -282,6 +283,8 @@ def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[
     entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
                          run.cpu.end_epoch(), epoch in run.warm)
     entry.update(run.noise.end_epoch(epoch))
+    if run.profiler.covers(first_step, run.step):
+        entry["profiled"] = True  # slowed by the profiler: left out of the steady figures
     if part or (run.resumed and epoch == run.position["epoch"]):
         entry["resumed"] = True  # its time spans a restart: a warm-up epoch again
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
@@ -353,9 +356,13 @@ def _steady(run: _Run) -> tuple:
     process warms up again)."""
     epochs = run.epochs
     warm = [e["epoch"] for e in epochs if e["warmup"]]
-    steady = [e for e in epochs if not e["warmup"]]
+    profiled = [e["epoch"] for e in epochs if e.get("profiled") and not e["warmup"]]
+    steady = [e for e in epochs if not e["warmup"] and not e.get("profiled")]
     if steady:
         rows = [row for e in steady for row in run.rows.get(e["epoch"], [])]
+        if profiled:
+            return (rows, f"{epochs_named(warm)} (warm-up) and {epochs_named(profiled)} "
+                          "(profiled)", f"the steps of {epochs_named([e['epoch'] for e in steady])}")
         if warm == [1] and [e["epoch"] for e in steady] == list(range(2, epochs[-1]["epoch"] + 1)):
             partial = "" if epochs[-1]["steps"] == run.plan.steps_per_epoch else \
                 f" (the partial epoch {epochs[-1]['epoch']})"
@@ -438,6 +445,7 @@ def _epoch_line(entry: dict, plan: Plan) -> str:
     if entry.get("val_accuracy") is not None:
         test += f", validation accuracy {entry['val_accuracy']:.2%}"
     notes = (["resumed"] if entry.get("resumed") else []) + \
+        (["profiled"] if entry.get("profiled") else []) + \
         (["warm-up"] if entry["warmup"] else [])
     if entry["partial"]:
         notes.append(f"partial, {entry['steps']} of {plan.steps_per_epoch} steps")

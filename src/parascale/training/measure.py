@@ -105,7 +105,8 @@ def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], s
     mean steady step time stands in, times the steps of a full epoch (``steps_source`` says
     which steps). The mean, not the median: an epoch's time is a sum of steps.
     """
-    full = [e for e in epochs if not e["warmup"] and not e["partial"]]
+    # an epoch the profiler slowed (--profile) is no steady figure either
+    full = [e for e in epochs if not e["warmup"] and not e["partial"] and not e.get("profiled")]
     if full:
         numbers = [e["epoch"] for e in full]
         return {"steady_epoch_time_s": median(e["wall_time_s"] for e in full),

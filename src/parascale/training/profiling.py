@@ -52,6 +52,10 @@ class Profiler:
         self._keep = False  # a resumed run leaves an earlier attempt's fuller trace alone
         self._error = self._summary = None
 
+    def covers(self, first: int, last: int) -> bool:
+        """Whether steps ``first`` to ``last`` (an epoch's) meet the window: they ran slower."""
+        return self.window is not None and first <= self.window[1] and last >= self.window[0]
+
     def step_begins(self, step: int) -> None:
         """Before step ``step`` (1-based) takes its first batch."""
         if self.window is None:
