@@ -32,7 +32,8 @@ def study(tmp_path):
                       "complete": True, "note": None}
     # a record is input: a name that is not one --profile writes is never linked
     four["profile"] = {"steps": [1, 2], "traces": ["javascript:alert(1)", "/etc/passwd",
-                                                   "traces/../../x.json"], "note": "<b>x</b>"}
+                                                   "traces/../../x.json", "traces/rank-1.json"],
+                       "note": "<b>x</b>"}
     return write_study(tmp_path / "study", [one, two, four])
 
 
@@ -55,6 +56,9 @@ def test_the_page_tables_the_noise_scale_and_links_the_traces_relative_to_it(stu
     for rank in (0, 1):
         assert f'<a href="../runs/{two.config_id}/traces/rank-{rank}.json">rank {rank}</a>' \
             in section
+    # a link is named by the rank in its file name, not by its place in the list
+    four = load_studies([study]).records[2]
+    assert f'<a href="../runs/{four.config_id}/traces/rank-1.json">rank 1</a>' in section
     assert "javascript:" not in section and "/etc/passwd" not in section
     assert "../../x.json" not in section
     assert "&lt;b&gt;x&lt;/b&gt;" in section and "<b>x</b>" not in section

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import re
-from html import escape
 from pathlib import Path
 
 from parascale.report.load import RunRecord
 
 # what --profile writes; anything else in a record's list is not linked (a record is input)
-TRACE_NAME = re.compile(r"traces/rank-\d+\.json(\.gz)?")
+TRACE_NAME = re.compile(r"traces/rank-(\d+)\.json(?:\.gz)?")
 
 
 def _noise(record: RunRecord) -> dict | None:
@@ -39,73 +38,60 @@ def noise_text(noise: dict) -> str:
     return f"{noise['noise_scale']:,.0f}{spread}" + (f" (epoch {epoch})" if epoch else "")
 
 
+def _measured(records: list[RunRecord]) -> list[tuple[RunRecord, dict]]:
+    return [(r, n) for r in records if r.status == "ok" and (n := _noise(r)) is not None]
+
+
 def noise_sentences(records: list[RunRecord]) -> list[str]:
     """One sentence per model and dataset whose runs measured the noise scale: every run's
     figure, then the advice of the run with the largest global batch (the one a user would
     scale from)."""
-    measured: dict[tuple[str, str], list[RunRecord]] = {}
-    for r in records:
-        if r.status == "ok" and _noise(r):
-            measured.setdefault((r.model, r.dataset), []).append(r)
+    measured: dict[tuple[str, str], list[tuple[RunRecord, dict]]] = {}
+    for r, noise in _measured(records):
+        measured.setdefault((r.model, r.dataset), []).append((r, noise))
     out = []
     for (model, dataset), runs in measured.items():
-        runs.sort(key=lambda r: (_noise(r).get("global_batch") or 0, r.config_id))
-        figures = "; ".join(f"{_label(r)} at global batch {_noise(r).get('global_batch')}: "
-                            f"{noise_text(_noise(r))}" for r in runs)
-        advice = _noise(runs[-1]).get("advice")
+        runs.sort(key=lambda pair: (pair[1].get("global_batch") or 0, pair[0].config_id))
+        figures = "; ".join(f"{_label(r)} at global batch {noise.get('global_batch')}: "
+                            f"{noise_text(noise)}" for r, noise in runs)
+        advice = runs[-1][1].get("advice")
         out.append(f"Gradient noise scale of {model} on {dataset} (samples; McCandlish et al. "
                    f"2018): {figures}." + (f" By the last: {advice}." if advice else ""))
     return out
 
 
-def noise_html(records: list[RunRecord]) -> str:
+def noise_rows(records: list[RunRecord]) -> list[list[str]]:
+    """Per finished run with a ``noise`` section: run, N, global batch, the figure (or —) and
+    its advice (or why it was not measured)."""
     rows = []
     for r in records:
         noise = r.get("noise")
         if r.status != "ok" or not isinstance(noise, dict):
             continue
-        if _noise(r):
-            said = noise_text(noise), noise.get("advice") or ""
-        else:
-            said = "—", noise.get("reason") or "not measured"
-        rows.append(f"<tr><td>{escape(_label(r))}</td><td>{escape(str(r.workers))}</td>"
-                    f"<td>{escape(str(noise.get('global_batch')))}</td>"
-                    f"<td>{escape(said[0])}</td><td>{escape(said[1])}</td></tr>")
-    if not rows:
-        return "<p>No run recorded a gradient noise scale.</p>"
-    head = ("<tr><th>run</th><th>N</th><th>global batch</th><th>noise scale B<sub>simple</sub>"
-            "</th><th>what it says</th></tr>")
-    return ('<p class="note">B<sub>simple</sub> = tr(Σ)/|G|², from each rank\'s gradient before '
-            "the exchange and the averaged one after it, averaged over an epoch's steps; ± is a "
-            "jackknife standard error over blocks of steps. Steps to a loss scale as "
-            "S<sub>min</sub>·(1 + B<sub>noise</sub>/B): beyond B<sub>noise</sub> a larger batch "
-            'saves few steps (docs/record.md).</p><div class="wide"><table>'
-            + head + "".join(rows) + "</table></div>")
+        said = (noise_text(noise), noise.get("advice") or "") if _noise(r) else \
+            ("—", noise.get("reason") or "not measured")
+        rows.append([_label(r), str(r.workers), str(noise.get("global_batch")), *said])
+    return rows
 
 
-def traces_html(records: list[RunRecord], out_dir: Path | None) -> str:
-    """Links to every run's traces, relative to the report's folder so the pages move together."""
+def trace_rows(records: list[RunRecord], out_dir: Path | None
+               ) -> list[tuple[str, str, list[tuple[int, str]], str]]:
+    """Per profiled run: its label, the window, (rank, link) for every trace, and the note.
+    Links are relative to the report's folder, so that the pages move together."""
     rows = []
     for r in records:
         profile = r.get("profile")
         if not isinstance(profile, dict) or not isinstance(profile.get("traces"), list):
             continue
         links = []
-        for i, name in enumerate(profile["traces"]):
-            if not isinstance(name, str) or not TRACE_NAME.fullmatch(name):
+        for name in profile["traces"]:
+            found = TRACE_NAME.fullmatch(name) if isinstance(name, str) else None
+            if found is None:
                 continue
             target = r.path.parent / name
             href = os.path.relpath(target, out_dir) if out_dir else target.as_posix()
-            links.append(f'<a href="{escape(Path(href).as_posix())}">rank {i}</a>')
+            links.append((int(found.group(1)), Path(href).as_posix()))
         steps = profile.get("steps")
         window = f"{steps[0]}-{steps[1]}" if isinstance(steps, list) and len(steps) == 2 else "?"
-        note = profile.get("note") or ""
-        rows.append(f"<tr><td>{escape(_label(r))}</td><td>{escape(window)}</td>"
-                    f"<td>{' '.join(links) or '—'}</td><td>{escape(str(note))}</td></tr>")
-    if not rows:
-        return ("<p>No run was profiled (<code>--profile FIRST:LAST</code> writes one trace per "
-                "rank).</p>")
-    return ('<p class="note">Chrome/Perfetto traces written by torch.profiler; open them in '
-            "https://ui.perfetto.dev or chrome://tracing. parascale's phases are the ranges "
-            "parascale.data, .compute, .sync and .optimizer.</p><table><tr><th>run</th>"
-            "<th>steps</th><th>traces</th><th>note</th></tr>" + "".join(rows) + "</table>")
+        rows.append((_label(r), window, links, str(profile.get("note") or "")))
+    return rows

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import parascale
-from parascale.report.explain import noise_html, traces_html
+from parascale.report.explain import noise_rows, trace_rows
 from parascale.report.inplan import outside_lines
 from parascale.report.load import Loaded, RunRecord
 from parascale.report.plots import Plot
@@ -108,7 +108,7 @@ def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
         "<h2>Results</h2>", _tables(rows), "<h3>How to read the tables</h3>", _definitions(),
         "<h2>Plots</h2>", _plots(plots),
         "<h2>Explaining the runs</h2>", "<h3>Gradient noise scale</h3>",
-        noise_html(loaded.records), "<h3>Traces</h3>", traces_html(loaded.records, out_dir),
+        _noise(loaded.records), "<h3>Traces</h3>", _traces(loaded.records, out_dir),
         "<h2>Not finished or unreadable</h2>", _issues(loaded), _outside(loaded),
     ]
     if files:
@@ -248,6 +248,34 @@ def _results(headers: list[str], body: list[list[str]]) -> str:
     head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers) + "</tr>"
     lines = ["<tr>" + "".join(f"<td>{cell(c)}</td>" for c in line) + "</tr>" for line in body]
     return '<div class="wide"><table class="results">' + head + "".join(lines) + "</table></div>"
+
+
+def _noise(records: list[RunRecord]) -> str:
+    rows = noise_rows(records)
+    if not rows:
+        return "<p>No run recorded a gradient noise scale.</p>"
+    return ('<p class="note">B<sub>simple</sub> = tr(Σ)/|G|², from each rank\'s gradient before '
+            "the exchange and the averaged one after it, averaged over an epoch's steps; ± is a "
+            "jackknife standard error over blocks of steps. Steps to a loss scale as "
+            "S<sub>min</sub>·(1 + B<sub>noise</sub>/B): beyond B<sub>noise</sub> a larger batch "
+            "saves few steps (docs/record.md).</p>"
+            + _table(["run", "N", "global batch", "noise scale B_simple", "what it says"], rows,
+                     text_columns=1))
+
+
+def _traces(records: list[RunRecord], out_dir: Path | None) -> str:
+    rows = trace_rows(records, out_dir)
+    if not rows:
+        return ("<p>No run was profiled (<code>--profile FIRST:LAST</code> writes one trace per "
+                "rank).</p>")
+    body = "".join(
+        f"<tr><td>{escape(label)}</td><td>{escape(window)}</td><td>"
+        + (" ".join(f'<a href="{escape(href)}">rank {rank}</a>' for rank, href in links) or "—")
+        + f"</td><td>{escape(note)}</td></tr>" for label, window, links, note in rows)
+    return ('<p class="note">Chrome/Perfetto traces written by torch.profiler; open them in '
+            "https://ui.perfetto.dev or chrome://tracing. parascale's phases are the ranges "
+            "parascale.data, .compute, .sync and .optimizer.</p><table><tr><th>run</th>"
+            "<th>steps</th><th>traces</th><th>note</th></tr>" + body + "</table>")
 
 
 def _definitions() -> str:
