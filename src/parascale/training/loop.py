@@ -145,8 +145,8 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         if stop:
             break
     run.profiler.close()
-    if world.is_main and run.noise.line():
-        print(run.noise.line(), flush=True)
+    if world.is_main and (said := run.noise.line()):
+        print(said, flush=True)
     run.strategy.finish()
     ended = time.perf_counter()
     window = run.cpu.end_window()
