@@ -33,7 +33,6 @@ import itertools
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from parascale.runtime.local import open_store
 
 DIMS, SIGMAS, OFFSETS, BATCHES, WORLDS = (10, 50), (0.5, 2.0), (0.3, 1.0), (8, 32), (2, 4)
 
@@ -60,8 +61,10 @@ def least_squares_worker(rank: int, world: int, port: int, settings: list[tuple]
     puts (setting, estimate, seconds) on the queue."""
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    # the parent hosts the store on loopback (runtime.local.open_store): a tcp:// init_method
+    # would have rank 0's TCPStore listen on every interface
+    dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", port, is_master=False),
+                            rank=rank, world_size=world)
     from parascale.training.noise import estimate
 
     for index, (d, sigma, r_norm, b) in enumerate(settings):
@@ -99,22 +102,17 @@ def least_squares_worker(rank: int, world: int, port: int, settings: list[tuple]
     dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def validate(args) -> list[dict]:
     """Part 1: every setting on 2 and 4 real gloo ranks; print the table."""
     settings = list(itertools.product(DIMS, SIGMAS, OFFSETS, BATCHES))
     rows = []
     started = time.perf_counter()
     for world in WORLDS:
+        store = open_store()  # loopback only, on a port the kernel picks
         ctx = mp.get_context("spawn")
         queue = ctx.SimpleQueue()
         mp.start_processes(least_squares_worker,
-                           args=(world, free_port(), settings, args.steps, args.chunk, args.seed,
+                           args=(world, store.port, settings, args.steps, args.chunk, args.seed,
                                  queue), nprocs=world, start_method="spawn")
         while not queue.empty():
             (d, sigma, r_norm, b, n), figures, took = queue.get()

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,13 +25,17 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from parascale.runtime.local import open_store
+
 
 def hand_worker(rank: int, world: int, port: int, epochs: int, batch: int, queue) -> None:
     """The loop a careful user would write by hand: DDP, a shared permutation, rank slices."""
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    # the parent hosts the store on loopback (runtime.local.open_store): a tcp:// init_method
+    # would have rank 0's TCPStore listen on every interface
+    dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", port, is_master=False),
+                            rank=rank, world_size=world)
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -69,16 +72,11 @@ def hand_worker(rank: int, world: int, port: int, epochs: int, batch: int, queue
     dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_hand(world: int, epochs: int, batch: int) -> float:
+    store = open_store()  # loopback only, on a port the kernel picks
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(hand_worker, args=(world, free_port(), epochs, batch, queue),
+    mp.start_processes(hand_worker, args=(world, store.port, epochs, batch, queue),
                        nprocs=world, start_method="spawn")
     return queue.get()
 
