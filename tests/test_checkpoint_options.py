@@ -25,6 +25,7 @@ def refused(capsys, *args: str) -> str:
                                    "(2e), got '3x'"),
     (["--checkpoint-every", "0"], "got 0"),
     (["--checkpoint-every", "e"], "got 'e'"),
+    (["--checkpoint-every", "\uff12e"], "got '\uff12e'"),  # a fullwidth 2: isdigit, no count
     (["--max-restarts", "-1"], "--max-restarts must be 0 or more, got -1"),
     (["--keep", "0"], "--keep must be a positive integer (checkpoints kept), got 0"),
     (["--compression", "powersgd", "--checkpoint-every", "5"],

@@ -95,7 +95,8 @@ def test_a_run_without_profile_is_unchanged(tmp_path):
     assert "traces" not in (out / "log.txt").read_text()
 
 
-@pytest.mark.parametrize("value", ["0:3", "5:2", "abc", "3", "2:", ":4", "-1:2", "1:2:3"])
+@pytest.mark.parametrize("value", ["0:3", "5:2", "abc", "3", "2:", ":4", "-1:2", "1:2:3",
+                                   "\uff11:2"])  # a fullwidth 1: isdigit, yet no count
 def test_a_bad_window_is_one_line_exit_2_and_nothing_written(capsys, tmp_path, value):
     out = tmp_path / "run"
     code = main(["train", f"--profile={value}", "--out", str(out)])

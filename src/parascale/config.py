@@ -324,6 +324,11 @@ def validate(cfg: TrainConfig) -> None:
             raise UsageError("--gpus conflicts with --device cpu")
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes '１' and '²', which no user means as a count."""
+    return text.isascii() and text.isdigit()
+
+
 def checkpoint_interval(value: int | str | None) -> tuple[int, str] | None:
     """``--checkpoint-every`` as (count, "steps" | "epochs"), or None when not given; a
     UsageError quoting the value when it is neither N nor Ne with N a positive integer."""
@@ -333,7 +338,7 @@ def checkpoint_interval(value: int | str | None) -> tuple[int, str] | None:
         return value, "steps"
     text = value.strip().lower() if isinstance(value, str) else ""
     count = text.removesuffix(EPOCHS_SUFFIX)
-    if text.endswith(EPOCHS_SUFFIX) and count.isdigit() and int(count) > 0:
+    if text.endswith(EPOCHS_SUFFIX) and _digits(count) and int(count) > 0:
         return int(count), "epochs"
     raise UsageError(f"--checkpoint-every is a number of steps (200) or of epochs (2e), "
                      f"got {value!r}")
@@ -345,7 +350,7 @@ def profile_steps(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None
     first, colon, last = str(value).strip().partition(":")
-    if colon and first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last):
+    if colon and _digits(first) and _digits(last) and 1 <= int(first) <= int(last):
         return int(first), int(last)
     raise UsageError(f"--profile is a range of optimizer steps FIRST:LAST with 1 <= FIRST <= "
                      f"LAST (10:15 profiles six steps), got {value!r}")
