@@ -1,10 +1,11 @@
 """Does ``parascale predict`` predict? Two checks, written to benchmarks/RESULTS-predict.md.
 
 1. Here: from a 1-worker run and a ``parascale comm`` record, predict the 2-worker weak-scaling
-   efficiency, then measure it. Each round runs the 1-worker training, the comm measurement and
-   the 2-worker training (every run one thread per worker, so a device is one core throughout),
-   in ABBA order across rounds so that drift in the machine's load hits both alike; the
-   prediction of a round uses that round's 1-worker record and comm record only. The error is
+   efficiency, then measure it; and predict it again with the study's 2-worker contention
+   baseline (``bench --baseline``: the same processes, no exchange) as well. Each round runs a
+   study (1 and 2 workers and their baselines, one thread per worker, so a device is one core
+   throughout) and the comm measurement, in ABBA order across rounds so that drift in the
+   machine's load hits both alike; the predictions of a round use that round's records only. The error is
    in percentage points of efficiency (predicted − measured), and each run's machine block says
    how busy the machine was.
 2. Against published tables (REFERENCE.md section 1): DLBS's ResNet-50 weak-scaling example and
@@ -39,12 +40,19 @@ RESULTS = Path(__file__).with_name("RESULTS-predict.md")
 COMM_SIZES = "64K,256K,1M,4M,16M"  # brackets the gradients of smallcnn (0.6 MB), resnet20 (1.1 MB)
 
 
-def train(out: Path, workers: int, args) -> dict:
-    command = [sys.executable, "-m", "parascale", "train", "--model", args.model, "--dataset",
-               "digits", "--workers", str(workers), "--threads", "1", "--batch-size",
-               str(args.batch), "--epochs", str(args.epochs), "--no-save-model", "--out", str(out)]
+def study(out: Path, args) -> dict[str, Path]:
+    """A weak-scaling study at 1 and 2 workers with contention baselines; each run's record."""
+    command = [sys.executable, "-m", "parascale", "bench", "--model", args.model, "--dataset",
+               "digits", "--scaling", "weak", "-V", "workers=1,2", "--baseline", "--threads",
+               "1", "--batch-size", str(args.batch), "--epochs", str(args.epochs),
+               "--no-save-model", "--out", str(out)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out / "record.json").read_text())
+    found = {}
+    for path in sorted(out.glob("runs/*/record.json")):
+        rec = json.loads(path.read_text())
+        base = "b" if (rec.get("study") or {}).get("baseline") else ""
+        found[f"{rec['derived']['world_size']}w{base}"] = path
+    return found
 
 
 def comm(out: Path) -> None:
@@ -65,21 +73,21 @@ def _compute_ms(record: dict) -> float:
 
 
 def here(args) -> tuple[list[str], list[float]]:
-    """Rounds of (1 worker, comm, 2 workers) in ABBA order; table lines (with the median
-    errors and where the miss comes from) and each round's error in points."""
+    """Rounds of (study, comm) in ABBA order; table lines (with the median errors and where the
+    miss comes from) and each round's error in points without baselines."""
     lines = ["| round | order | 1 worker (samples/s) | 2 workers (samples/s) | measured E | "
-             "predicted E | error | sync per step predicted (wait + exposed) / measured (ms) | "
-             "compute per step 1w / 2w (ms) | other cores 1w / 2w | load avg |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    errors = []
+             "predicted E | error | predicted E with baseline | error | "
+             "sync per step predicted (wait + exposed) / measured (ms) | "
+             "compute per step 1w / 2w baseline / 2w (ms) | other cores 1w / 2w | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    errors, based_errors = [], []
     quiet_errors = []  # the rounds where neither run's record says the machine was busy
     misses = []  # per round: ms the 2-worker step exceeded the prediction, by compute, by sync
     for k in range(1, args.rounds + 1):
         folder = Path(tempfile.mkdtemp(prefix="parascale-bench-predict-"))
         try:
-            order = ("1w", "comm", "2w") if k % 2 else ("2w", "comm", "1w")
+            order = ("study", "comm") if k % 2 else ("comm", "study")
             load_before = os.getloadavg()[0]
-            runs = {}
             for step in order:
                 print(f"round {k}/{args.rounds}: {step} ...", file=sys.stderr, flush=True)
                 if args.quiet_machine > 0:  # as bench --quiet-machine: wait, then run anyway
@@ -88,46 +96,58 @@ def here(args) -> tuple[list[str], list[float]]:
                 if step == "comm":
                     comm(folder / "comm")
                 else:
-                    runs[step] = train(folder / step, 1 if step == "1w" else 2, args)
+                    paths = study(folder / "study", args)
             load_after = os.getloadavg()[0]
-            opts = predict.Options(sources=[str(folder / "1w")], comm=str(folder / "comm"),
-                                   workers=(1, 2), scaling="weak")
-            pred = predict.predict(opts)
-            at2 = pred.curves["weak"][1]
+            runs = {name: json.loads(path.read_text()) for name, path in paths.items()}
+            preds = {}
+            for label, names in (("alone", ["1w"]), ("based", ["1w", "2wb"])):
+                opts = predict.Options(sources=[str(paths[n]) for n in names],
+                                       comm=str(folder / "comm"), workers=(1, 2),
+                                       scaling="weak")
+                preds[label] = predict.predict(opts)
+            at2 = preds["alone"].curves["weak"][1]
+            with_base = preds["based"].curves["weak"][1]
             x1 = runs["1w"]["summary"]["steady_throughput"]
             x2 = runs["2w"]["summary"]["steady_throughput"]
             measured = x2 / (2 * x1)
             error = 100 * (at2.efficiency - measured)
             errors.append(error)
-            if not any((runs[r].get("machine") or {}).get("busy") for r in runs):
+            based_errors.append(100 * (with_base.efficiency - measured))
+            if not any((runs[r].get("machine") or {}).get("busy") for r in ("1w", "2w")):
                 quiet_errors.append(error)
             phases2 = runs["2w"]["steps"]["phases"]
             misses.append((1e3 * (phases2["step"]["mean"] - at2.step_s),
                            _compute_ms(runs["2w"]) - _compute_ms(runs["1w"]),
-                           1e3 * (phases2["sync"]["mean"] - at2.wait_s - at2.exposed_s)))
-            exposed = runs["2w"]["steps"]["phases"]["sync"]["mean"]
+                           1e3 * (phases2["sync"]["mean"] - at2.wait_s - at2.exposed_s),
+                           1e3 * (phases2["step"]["mean"] - with_base.step_s)))
+            exposed = phases2["sync"]["mean"]
             lines.append(f"| {k} | {' → '.join(order)} | {x1:.0f} | {x2:.0f} | {measured:.1%} | "
-                         f"{at2.efficiency:.1%} | {error:+.1f} pp | {at2.wait_s * 1e3:.2f} + "
+                         f"{at2.efficiency:.1%} | {error:+.1f} pp | {with_base.efficiency:.1%} | "
+                         f"{based_errors[-1]:+.1f} pp | {at2.wait_s * 1e3:.2f} + "
                          f"{at2.exposed_s * 1e3:.2f} / {exposed * 1e3:.2f} | "
-                         f"{_compute_ms(runs['1w']):.2f} / {_compute_ms(runs['2w']):.2f} | "
-                         f"{load_text(runs['1w'])} / "
+                         f"{_compute_ms(runs['1w']):.2f} / {_compute_ms(runs['2wb']):.2f} / "
+                         f"{_compute_ms(runs['2w']):.2f} | {load_text(runs['1w'])} / "
                          f"{load_text(runs['2w'])} | {load_before:.1f} → {load_after:.1f} |")
             print(lines[-1], flush=True)
             if k == 1:
-                lines_inputs = [f"  - {i.line()}" for i in pred.model.inputs]
+                lines_inputs = [f"  - {i.line()}" for i in preds["based"].model.inputs]
                 here.inputs = lines_inputs  # type: ignore[attr-defined]
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if misses:
-        step, compute, sync = (statistics.median(m[i] for m in misses) for i in range(3))
+        step, compute, sync, based = (statistics.median(m[i] for m in misses) for i in range(4))
         lines += ["", f"Where the miss comes from (medians over the rounds): the 2-worker step "
-                  f"was {step:.2f} ms longer than predicted; its compute was {compute:.2f} ms "
-                  f"longer than the 1-worker run's (two processes sharing the machine's cores, "
-                  f"which the model does not see), and its sync {sync:.2f} ms longer than the "
-                  "comm record's exchange plus the predicted wait (gloo exchanging on cores "
-                  "that also compute, and ranks drifting apart under that contention)."]
-    lines += ["", f"Median error over {len(errors)} round(s): {statistics.median(errors):+.1f} pp "
-              f"(range {min(errors):+.1f} to {max(errors):+.1f}); over the "
+                  f"was {step:.2f} ms longer than predicted without a baseline ({based:.2f} ms "
+                  f"with it); its compute was {compute:.2f} ms longer than the 1-worker run's "
+                  "(two processes sharing the machine's cores: what the baseline measures), and "
+                  f"its sync {sync:.2f} ms longer than the comm record's exchange plus the "
+                  "predicted wait (gloo exchanging on cores that also compute, and ranks "
+                  "drifting apart under that contention: no baseline measures that)."]
+    lines += ["", f"Median error over {len(errors)} round(s): without baselines "
+              f"{statistics.median(errors):+.1f} pp (range {min(errors):+.1f} to "
+              f"{max(errors):+.1f}); with the study's 2-worker baseline "
+              f"{statistics.median(based_errors):+.1f} pp (range {min(based_errors):+.1f} to "
+              f"{max(based_errors):+.1f}). Without baselines, over the "
               f"{len(quiet_errors)} round(s) where neither run saw a busy machine: "
               + (f"{statistics.median(quiet_errors):+.1f} pp (range {min(quiet_errors):+.1f} to "
                  f"{max(quiet_errors):+.1f})." if quiet_errors else "none.")]
@@ -197,16 +217,19 @@ def main() -> int:
         f"--rounds {args.rounds} --model {args.model} --epochs {args.epochs} "
         f"--batch {args.batch} --quiet-machine {args.quiet_machine:g}` ({head}).",
         "",
-        "## Here: 2 workers predicted from 1 worker and a comm record",
+        "## Here: 2 workers predicted from 1 worker and a comm record, with and without a baseline",
         "",
-        "Each round: a 1-worker run, `parascale comm --workers 2`, a 2-worker run (ABBA order over "
-        "rounds), all with one thread per worker. The prediction uses that round's 1-worker "
-        "record and comm record only (`predict.Options(sources=[1w], comm=comm, workers=(1, 2), "
-        "scaling='weak')`); measured E = X_2 / (2·X_1) from the records' steady throughput. "
+        "Each round: `parascale bench -V workers=1,2 --baseline` (1- and 2-worker runs and their "
+        "no-exchange baselines) and `parascale comm --workers 2` (ABBA order over rounds), all "
+        "with one thread per worker. The first prediction uses that round's 1-worker record and "
+        "comm record only (`predict.Options(sources=[1w], comm=comm, workers=(1, 2), "
+        "scaling='weak')`); the second adds the 2-worker baseline record (sources=[1w, 2w "
+        "baseline]), whose measured compute then replaces the 1-worker compute at N = 2; "
+        "measured E = X_2 / (2·X_1) from the records' steady throughput. "
         "Before each run the benchmark waited up to --quiet-machine seconds for other programs to "
         "leave the cores (as `bench --quiet-machine`), then ran anyway. "
-        "'compute per step': data + forward + backward, mean (the model takes the 1-worker figure "
-        "for every N). "
+        "'compute per step': data + forward + backward, mean (without a baseline the model takes "
+        "the 1-worker figure for every N). "
         "'other cores': cores used by other programs during the run (its record's machine "
         "block; 'busy' above the threshold); load avg: 1-minute load before and after the round. "
         "The machine was shared with other developers' tests while this ran.",

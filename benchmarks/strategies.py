@@ -122,7 +122,7 @@ def main() -> None:
                 print(f"round {r + 1}: {name} x{workers}: {row['throughput']:,.0f} samples/s, "
                       f"sync p50 {row['sync_p50_s'] * 1e3:.2f} ms", file=sys.stderr, flush=True)
     merged = sorted(median_rows(rows), key=lambda r: (names.index(r["strategy"]), r["workers"]))
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     print(table(merged))
     print(f"\nmachine: {cpu}, {os.cpu_count()} cores, load average "

@@ -25,6 +25,13 @@ import torch
 # are other processes and get their threads from the launcher, not from here.
 torch.set_num_threads(1)
 
+# ---- the GPU tier -----------------------------------------------------------------------------
+# tests/test_gpu_*.py: what only a CUDA device can show (``make test-gpu`` runs them; without a
+# GPU they are skipped, saying why). They start workers or probes, so they are slow too.
+GPU_TIER = [pytest.mark.gpu, pytest.mark.slow,
+            pytest.mark.skipif(not torch.cuda.is_available(),
+                               reason="needs a CUDA GPU: torch.cuda.is_available() is False here")]
+
 # ---- the fast tier starts no process --------------------------------------------------------
 # ``slow`` means "starts a process" (workers, servers, the CLI in a subprocess, a browser, git).
 # A test without the marker that starts one fails, naming the marker, so `make test-fast` stays
@@ -63,9 +70,9 @@ def _children() -> dict[int, str]:
 def _stop_fork_server() -> None:
     """parascale's fork server is started by multiprocessing without an audit event and then
     lives for the session: a fast test that started it would hide every later one that would."""
-    from multiprocessing import forkserver
+    from parascale.runtime import mp_private
 
-    forkserver._forkserver._stop()
+    mp_private.stop_forkserver()
 
 
 @contextmanager
@@ -278,3 +285,117 @@ def machine_block(busy: bool = True, other: float = 0.95, cores: int = 2,
                        "load_avg_1m": [1.0, 1.9],
                        "top_others": [{"pid": pid, "command": command, "cores": other * 0.9}]}],
             "method": "psutil.cpu_times and the run's own process times"}
+
+
+# ---- several machines on one: nodes as network namespaces (.ci/nodes.py) ----------------------
+
+def _nodes_tool():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / ".ci" / "nodes.py"
+    spec = importlib.util.spec_from_file_location("parascale_ci_nodes", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def multinode():
+    """``make(count, cap_mbit=0)`` -> a set of nodes (see .ci/nodes.py), removed with every
+    process in it when the test ends, passed or failed. Skips, saying why, where namespaces
+    cannot be made (not root, no ``ip``); fails instead under CI (CI=true), which runs as root
+    so that these tests run."""
+    tool = _nodes_tool()
+    why = tool.unavailable()
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the multi-node tests: {why}")
+        pytest.skip(f"multi-node tests: {why}")
+    made = []
+
+    def make(count: int, cap_mbit: float = 0):
+        made.append(tool.Nodes.up(count, cap_mbit))
+        return made[-1]
+
+    yield make
+    for nodes in made:
+        nodes.down()
+
+
+# ---- a full disk, made real ------------------------------------------------------------------
+def _mount_tmpfs(folder: Path, options: bytes, read_only: bool = False):
+    """mount(2) a tmpfs at ``folder`` through libc, not mount(8): the fast tier starts no
+    process. The unmount, or None where this process may not mount (not root, a container)."""
+    import ctypes
+
+    if os.geteuid() != 0:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # this process's own libc
+    if libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", 1 if read_only else 0, options):
+        return None  # MS_RDONLY is 1
+    return lambda: libc.umount2(str(folder).encode(), 2)  # MNT_DETACH: even with a file open
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 4 MiB file system (tmpfs) mounted at ``tmp_path/disk``, unmounted afterwards;
+    skipped where this process may not mount (not root, or a container without the right)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    unmount = _mount_tmpfs(disk, b"size=4m")
+    if unmount is None:
+        pytest.skip("cannot mount a small tmpfs (a full disk) here: it needs root")
+    yield disk
+    unmount()
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """``make(folder)``: a folder this process cannot write, even as root (a read-only tmpfs
+    then; a folder without write permission otherwise); undone afterwards."""
+    undo = []
+
+    def make(folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        unmount = _mount_tmpfs(folder, b"size=1m", read_only=True)
+        if unmount is None:
+            if os.geteuid() == 0:
+                pytest.skip("root writes any folder, and a read-only tmpfs cannot be mounted")
+            folder.chmod(0o555)
+            unmount = lambda: folder.chmod(0o755)  # noqa: E731
+        undo.append(unmount)
+        return folder
+
+    yield make
+    for step in undo:
+        step()
+
+
+def fill_disk(disk: Path, leave: int = 0) -> Path:
+    """Fill the file system of ``disk`` with one file until at most ``leave`` bytes are free."""
+    stats = os.statvfs(disk)
+    target = max(0, stats.f_bavail * stats.f_frsize - leave)
+    filler = disk / "filler"
+    with open(filler, "wb") as handle:
+        chunk = b"\0" * (1 << 16)
+        while target > 0:
+            try:
+                target -= handle.write(chunk[:target])
+                handle.flush()
+            except OSError:  # full before the target: as full as it gets
+                break
+    return filler
+
+
+# ---- checkpoints written without a run -------------------------------------------------------
+def run_state(step: int = 6, world_size: int = 1, value: float = 1.0) -> dict[str, Any]:
+    """A small state with the outline a run's checkpoint has (training/state.py): what
+    ``checkpoint.newest`` accepts as a run's."""
+    return {"position": {"step": step, "epoch": 2, "done": 1}, "replicas_agree": True,
+            "shared": {"model": {"w": torch.full((64, 64), value), "b": torch.arange(8.0)},
+                       "optimizer": {"state": {}, "param_groups": []}, "scaler": None},
+            "ranks": [{"strategy": {}, "rng": {"torch": torch.get_rng_state()},
+                       "epoch_part": None, "rows": {}} for _ in range(world_size)],
+            "progress": {"epochs": [{"epoch": 1, "train_loss": 2.29, "test_accuracy": None}],
+                         "resumed": []}}

@@ -50,8 +50,9 @@ def test_the_suggestion_is_a_batch_that_divides():
 
 
 def test_a_plan_counts_whole_global_batches_and_rounds_epochs_up():
-    plan = make_plan(TrainConfig(batch_size=10, steps=7, warmup_epochs=0.5), 2, 105, 40)
+    plan = make_plan(TrainConfig(batch_size=10, steps=7, warmup_epochs=0.5), 2, 105, 40,
+                     replicas=1)
     # 105 samples hold 5 whole batches of 20; 7 steps take a second, partial epoch
     assert (plan.steps_per_epoch, plan.total_steps, plan.epochs, plan.warmup_steps) == (5, 7, 2, 2)
     assert plan.record_section()["global_batch"] == 20
-    assert make_plan(TrainConfig(batch_size=64), 2, 100, 10).epochs == 0  # no step fits
+    assert make_plan(TrainConfig(batch_size=64), 2, 100, 10, replicas=1).epochs == 0  # no step fits

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from parascale.bench import expr
 from parascale.bench.expr import ExprError, evaluate, names, to_text
 from parascale.errors import UsageError
 
@@ -219,3 +220,46 @@ def test_deep_nesting_is_an_expr_error_not_a_crash(text):
 def test_moderate_nesting_still_works():
     assert evaluate("1+" * 150 + "1", {}) == 151
     assert evaluate("-" * 100 + "1", {}) == 1
+
+
+@pytest.mark.parametrize("text", [
+    "[[0] * 100] * 101",  # 10,100 numbers in 101 shared rows
+    "len([[[0] * 100] * 100] * 100)",  # a million, never built
+    "len([[0] * 10000] + [[1] * 10000])",
+    "(1, (2,) * 10000)",
+    "[10 ** 60 * 10 ** 60 * 10 ** 60 * 10 ** 60] * 1000",  # 241 digits: 13 units each
+])
+def test_values_are_measured_with_nested_lists_counted_in_full(text):
+    with pytest.raises(ExprError, match=r"limit 10,000"):
+        evaluate(text, {})
+
+
+def test_nested_repetition_from_the_issue_is_refused_at_once():
+    with pytest.raises(ExprError, match=r"repeating a value of size 10,000 10000 times is too "
+                                        r"large \(limit 10,000\)"):
+        evaluate("len(str([[[0]*10000]*10000]*10000))", {})
+
+
+def test_values_read_from_the_study_are_bounded_too():
+    with pytest.raises(ExprError, match=r"limit 10,000"):
+        evaluate("len(x)", {"x": list(range(20_000))})
+    assert evaluate("len(x)", {"x": list(range(10_000))}) == 10_000
+
+
+def test_text_is_measured_before_it_is_built():
+    with pytest.raises(ExprError, match=r"would be 15,012 characters long \(limit 10,000\)"):
+        evaluate("'${x}${x}${x}'", {"x": "y" * 5000})
+    with pytest.raises(ExprError, match=r"format\(\) would make about 20,000 characters"):
+        evaluate("format(t, x)", {"t": "{0}" * 200, "x": "y" * 100})
+
+
+def test_evaluation_has_a_deadline(monkeypatch):
+    monkeypatch.setattr(expr, "MAX_SECONDS", -1.0)  # any evaluation is past it at its first step
+    with pytest.raises(ExprError, match=r"took longer than -1 s \(the limit\)"):
+        evaluate("1 + 1", {})
+
+
+def test_values_at_the_limits_still_work():
+    assert evaluate("len([[0] * 100] * 100)", {}) == 100
+    assert evaluate("len('x' * 10000)", {}) == 10_000
+    assert evaluate("len(str(2 ** 64))", {}) == 20

@@ -5,17 +5,10 @@ import re
 
 import pytest
 
-from parascale.bench.plan import (
-    PlanError,
-    PlannedRun,
-    build_plan,
-    format_plan_table,
-    load_study_file,
-    parse_assignment,
-    parse_variable,
-    parse_workers,
-    scaling_configs,
-)
+from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
+                                  parse_workers, scaling_configs)
+from parascale.bench.studyfile import load_study_file
+from parascale.bench.values import parse_assignment, parse_variable
 from parascale.errors import UsageError
 
 

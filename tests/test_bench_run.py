@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from parascale.bench.runner import run_study
+import parascale
+from conftest import record as run_record
+from helpers import TINY
+from parascale.bench.runner import StudyRunner, run_study
 from parascale.bench.study import combine, make_jobs
 from parascale.cli.main import main
 from parascale.errors import UsageError
-
-TINY = {"model": "mlp", "dataset": "digits", "steps": 2, "timeout": 60.0}
 
 
 def records(study: Path) -> dict[str, dict]:
@@ -223,3 +225,50 @@ def test_a_strategy_option_applies_only_to_its_strategy_in_a_comparison():
     with pytest.raises(UsageError, match="--period 4 belongs to --sync local-sgd"):
         make_jobs(combine(options={**TINY, "batch_size": 8}, assignments=[("period", 4)],
                           workers="2"))
+
+
+def test_a_study_builds_each_data_set_once_and_probes_each_model_once(monkeypatch):
+    built = {"data": 0, "model": 0}
+
+    def counting(kind, real):
+        def wrapper(*args, **kwargs):
+            built[kind] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    from parascale.data import builtin, handover
+
+    monkeypatch.setattr(handover, "_PREPARED", {})  # nothing built earlier in this process
+    monkeypatch.setattr(builtin, "build", counting("data", builtin.build))
+    monkeypatch.setattr(parascale.models, "build", counting("model", parascale.models.build))
+    options = {**TINY, "batch_size": 8}
+    del options["model"]
+    jobs = make_jobs(combine(options=options, workers="1",
+                             variables=[("lr", [0.01, 0.02, 0.03, 0.04]),
+                                        ("model", ["mlp", "smallcnn"])]))
+    assert len(jobs) == 8
+    assert built == {"data": 1, "model": 2}
+
+
+def test_configurations_with_different_data_are_checked_against_their_own_data():
+    with pytest.raises(UsageError, match="synthetic has 48"):
+        make_jobs(combine(options={**TINY, "dataset": "synthetic", "batch_size": 64},
+                          workers="1", variables=[("synthetic_size", [2048, 48])]))
+
+
+def test_the_data_key_covers_every_field_a_loader_reads():
+    source = "".join(p.read_text() for p in Path(parascale.data.__file__).parent.glob("*.py"))
+    read = set(re.findall(r"\bcfg\.([a-z_]+)", source))
+    assert read and read <= set(parascale.data.FIELDS), read - set(parascale.data.FIELDS)
+
+
+def test_a_runs_line_names_its_judging_metric_and_nothing_unevaluated():
+    image = run_record(1, 100.0, accuracy=0.9)
+    image["summary"]["final_test_accuracy"] = 0.93
+    assert StudyRunner._outcome(image, 1.0).endswith("100 samples/s, test accuracy 93.00%")
+    lm = run_record(1, 100.0)
+    lm["task"] = {"judge": "loss", "unit": "tokens", "units_per_sample": 64.0}
+    lm["summary"].update(final_test_accuracy=None, final_metrics={"val_loss": 1.87})
+    assert StudyRunner._outcome(lm, 1.0).endswith("6,400 tokens/s, validation loss 1.8700")
+    lm["summary"]["final_metrics"] = {}  # neither split evaluated: no figure, not 0.0%
+    assert StudyRunner._outcome(lm, 1.0).endswith("6,400 tokens/s")

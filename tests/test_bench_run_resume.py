@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from parascale.cli.main import main
+
 pytestmark = pytest.mark.slow  # a real study, killed and run again
 
 
@@ -50,3 +52,27 @@ def test_study_killed_mid_run_resumes_where_it_stopped(tmp_path):
     assert not list(study.rglob("*.tmp")) and not (study / ".running").exists()
     assert sorted(p.name for p in study.iterdir()) == [".lock", "plan.json", "report", "runs",
                                                         "summary.txt"]
+
+
+@pytest.mark.slow
+def test_a_changed_plan_in_a_reused_folder_is_said_and_kept_apart(tmp_path, capsys):
+    study = tmp_path / "reused"
+    base = ["bench", "--model", "mlp", "--workers", "1", "--steps", "2", "--timeout", "60",
+            "--out", str(study)]
+    assert main(base + ["--batch-size", "8"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--batch-size", "16"]) == 0  # another plan, same folder
+    out = capsys.readouterr().out
+    assert "held a different plan" in out and "kept apart" in out, out
+    summary = (study / "summary.txt").read_text()
+    assert "batch 8 per device" not in summary and "batch 16 per device" not in summary
+    assert "Not in this study's plan" in summary
+    page = (study / "report" / "report.html").read_text()
+    assert "Not in this study&#x27;s plan" in page
+    planned = {r["folder"] for r in json.loads((study / "plan.json").read_text())["runs"]}
+    assert len(planned) == 1 and len(list(study.glob("runs/*/record.json"))) == 2
+
+    # growing the plan (a second repeat) resumes: the recorded run is kept
+    assert main(base + ["--batch-size", "16", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "the plan grew" in out and "1 of 2 runs already done" in out, out

@@ -11,19 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import run_state
 from parascale.training import checkpoint
 from parascale.training.state import rng_states, set_rng_states
 
 
-def state(value: float = 1.0) -> dict:
-    return {"model": {"w": torch.full((64, 64), value), "b": torch.arange(8.0)},
-            "position": {"step": 6, "epoch": 2, "done": 1},
-            "progress": {"epochs": [{"epoch": 1, "train_loss": 2.29, "test_accuracy": None}],
-                         "resumed": []}}
-
-
 def write(folder, *steps: int) -> list[checkpoint.Found]:
-    return [checkpoint.save(folder, s, state(float(s)), {"epoch": 1, "config": {"lr": 0.1}})
+    return [checkpoint.save(folder, s, run_state(s, value=float(s)),
+                            {"epoch": 2, "world_size": 1, "config": {"lr": 0.1}})
             for s in steps]
 
 
@@ -37,10 +32,11 @@ def test_a_checkpoint_round_trips_through_torch_formats(tmp_path):
     assert manifest["config"] == {"lr": 0.1}  # the caller's facts are kept
     assert checkpoint.verify(checkpoint.listing(folder)[0]).problem is None
     loaded = checkpoint.load(found)
-    torch.testing.assert_close(loaded["model"]["w"], torch.full((64, 64), 6.0))
-    assert loaded["progress"] == state()["progress"]
+    torch.testing.assert_close(loaded["shared"]["model"]["w"], torch.full((64, 64), 6.0))
+    assert loaded["progress"] == run_state()["progress"]
     # plain torch reads it, with weights_only: nothing but data comes out of the file
-    assert torch.equal(torch.load(found.path, weights_only=True)["model"]["b"], torch.arange(8.0))
+    assert torch.equal(torch.load(found.path, weights_only=True)["shared"]["model"]["b"],
+                       torch.arange(8.0))
 
 
 def test_every_rng_state_survives_the_file(tmp_path):
@@ -114,7 +110,7 @@ def test_an_interrupted_write_leaves_no_file_behind(tmp_path):
             raise RuntimeError("disk went away")
 
     with pytest.raises(RuntimeError, match="disk went away"):
-        checkpoint.save(folder, 6, {"model": state()["model"], "bad": Unpicklable()}, {})
+        checkpoint.save(folder, 6, {**run_state(6), "bad": Unpicklable()}, {})
     assert sorted(p.name for p in folder.iterdir()) == ["step-00000003.json", "step-00000003.pt"]
     found, _ = checkpoint.newest(folder, print)
     assert found.step == 3

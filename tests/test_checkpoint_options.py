@@ -4,13 +4,14 @@ starts (the checkpoint's settings, an earlier run's checkpoints, the world size)
 from __future__ import annotations
 
 import pytest
-import torch
 
 import parascale
+from conftest import run_state
 from parascale.cli.main import main
-from parascale.config import TrainConfig, checkpoint_interval, validate
+from parascale.config import TrainConfig, checkpoint_interval
 from parascale.errors import UsageError
 from parascale.training import checkpoint, resume
+from parascale.validation import validate
 
 
 def refused(capsys, *args: str) -> str:
@@ -61,7 +62,7 @@ def test_checkpoint_interval_reads_steps_and_epochs(value, expected):
 
 def written(out, step: int = 6, **config) -> checkpoint.Found:
     cfg = TrainConfig(workers=2, out=str(out), checkpoint_every=3, **config)
-    return checkpoint.save(checkpoint.folder_of(out), step, {"x": torch.zeros(1)},
+    return checkpoint.save(checkpoint.folder_of(out), step, run_state(step, world_size=2),
                            {"epoch": 2, "world_size": 2, "config": cfg.to_dict()})
 
 
@@ -71,7 +72,8 @@ def test_a_fresh_run_does_not_mix_its_checkpoints_with_an_earlier_runs(tmp_path)
     with pytest.raises(UsageError, match=r"holds checkpoints of an earlier run \(the newest at "
                                          r"step 6\); continue it with --resume, or remove"):
         resume.refuse_fresh_start(cfg)
-    resume.refuse_fresh_start(TrainConfig(workers=2, out=str(tmp_path)))  # writes none: fine
+    with pytest.raises(UsageError, match="holds checkpoints of an earlier run"):  # none written
+        resume.refuse_fresh_start(TrainConfig(workers=2, out=str(tmp_path)))
     resume.refuse_fresh_start(TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=3,
                                           resume=True))
 
@@ -121,3 +123,33 @@ def test_where_and_how_long_a_run_goes_may_change_on_resume(tmp_path):
     cfg = TrainConfig(workers=2, out=str(tmp_path / "."), resume=True, timeout=30.0, steps=40,
                       checkpoint_every="1e", keep=5, max_restarts=2, port=29500, threads=1)
     assert resume.first_choice(cfg, 2, 40, lambda line: None).step == 6
+
+
+def test_a_fresh_run_without_checkpoints_into_a_folder_with_some_is_refused(tmp_path, capsys):
+    """As the README says: with or without --checkpoint-every (an interrupted run's checkpoints
+    are all it has; the command has most likely forgotten --resume)."""
+    written(tmp_path)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    line = refused(capsys, "--workers", "1", "--dataset", "digits", "--model", "mlp",
+                   "--steps", "2", "--out", str(tmp_path))
+    assert "holds checkpoints of an earlier run (the newest at step 6)" in line
+    assert "continue it with --resume, or remove" in line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_checkpoint_at_the_end_of_an_epoch_cut_short_by_steps_is_not_continued_further(
+        tmp_path):
+    """A --steps 2 run ends after 2 of 5 steps of epoch 1 and checkpoints "at the start of epoch
+    2": a --steps 4 resume would go on from epoch 2, leaving epoch 1 unfinished (and train
+    nothing when the plan has one epoch), so it is refused; the same --steps is fine."""
+    state = run_state(2, world_size=2)
+    state["position"] = {"step": 2, "epoch": 2, "done": 0}
+    state["progress"]["epochs"] = [{"epoch": 1, "steps": 2, "partial": True}]
+    cfg = TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=2, resume=True, steps=4)
+    checkpoint.save(checkpoint.folder_of(tmp_path), 2, state,
+                    {"epoch": 2, "world_size": 2, "config": cfg.to_dict()})
+    with pytest.raises(UsageError) as refusal:
+        resume.first_choice(cfg, 2, 4, lambda line: None)
+    assert "its run ended after step 2, in the middle of epoch 1, and a longer run would " \
+           "leave the rest of that epoch untrained" in str(refusal.value)
+    assert resume.first_choice(cfg, 2, 2, lambda line: None).step == 2

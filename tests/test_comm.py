@@ -1,5 +1,6 @@
 """``parascale comm``: size parsing and bandwidth factors, and one real run end to end."""
 import json
+import math
 import subprocess
 import sys
 
@@ -44,7 +45,8 @@ def test_comm_on_two_workers_prints_a_table_and_writes_its_record(tmp_path):
         (op, size) for op in ("allreduce", "broadcast", "reduce", "all_gather")
         for size in (1024, 65536)]
     for r in results:
-        assert 0 < r["time_s"] < 1 and r["time_s"] == max(r["time_s_per_rank"])
+        # a time, not a speed claim: no upper bound that a loaded machine could break
+        assert 0 < r["time_s"] < math.inf and r["time_s"] == max(r["time_s_per_rank"])
         assert r["algbw_bytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"])
         assert r["busbw_bytes_per_s"] == pytest.approx(r["algbw_bytes_per_s"] *
                                                        bus_factor(r["op"], 2))

@@ -1,6 +1,7 @@
 """imagefolder: PNG files in class folders, read per sample through a DataLoader."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ from PIL import Image
 from parascale import data
 from parascale.config import TrainConfig
 from parascale.data.folder import BadImage
+from helpers import assert_refused, one_line, train_subprocess
 from parascale.errors import UsageError
 
 CPU = torch.device("cpu")
@@ -145,3 +147,62 @@ def test_unreadable_image_is_a_usage_error_or_a_bad_image_in_training(tmp_path):
         assert str(err.value).startswith(  # one line naming the file, from a loader worker too
             f"imagefolder: cannot read {tmp_path / 'train' / 'cat' / 'broken.png'}: ")
         assert "\n" not in str(err.value)
+
+
+def image_tree(root, broken=(), sizes=None) -> int:
+    """train/{a,b}/ and val/{a,b}/ of 8x8 PNGs (3 per class each); ``broken`` names files
+    written as garbage, ``sizes`` maps names to another (width, height). Returns the count."""
+    import numpy as np
+    from PIL import Image
+
+    count = 0
+    for split in ("train", "val"):
+        for cls in ("a", "b"):
+            for i in range(3):
+                name = f"{split}-{cls}{i}.png"
+                path = root / split / cls / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                count += 1
+                if name in broken:
+                    path.write_bytes(b"not a png at all")
+                    continue
+                size = (sizes or {}).get(name, (8, 8))
+                pixels = np.random.default_rng(count).integers(0, 256, (size[1], size[0], 3))
+                Image.fromarray(pixels.astype(np.uint8)).save(path)
+    return count
+
+
+@pytest.mark.slow
+def test_unreadable_image_during_training_is_one_line_naming_it(tmp_path):
+    # --image-size: preflight reads no image, so the bad file is met by a batch
+    image_tree(tmp_path / "data", broken=("train-b1.png",))
+    proc, record = train_subprocess(tmp_path, "--dataset", "imagefolder", "--data-dir",
+                        str(tmp_path / "data"), "--image-size", "8", "--model", "mlp",
+                        "--workers", "2", "--batch-size", "3", "--epochs", "1")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    bad = tmp_path / "data" / "train" / "b" / "train-b1.png"
+    assert f"failed: imagefolder: cannot read {bad}: " in last, last
+    assert record["status"] == "failed" and "UnidentifiedImageError" in record["detail"]
+
+
+def test_verify_data_names_the_first_bad_image_and_counts_them(capsys, tmp_path):
+    total = image_tree(tmp_path / "data", broken=("train-a2.png", "val-b0.png"))
+    line = assert_refused(capsys, tmp_path, "--dataset", "imagefolder", "--data-dir",
+                          str(tmp_path / "data"), "--image-size", "8", "--verify-data",
+                          words=[f"cannot read {tmp_path / 'data' / 'train' / 'a' / 'train-a2.png'}",
+                                 f"2 of {total} images cannot be read"])
+    assert "val-b0.png" not in line
+
+
+def test_verify_data_finds_sizes_that_differ_beyond_the_sampled_images(tmp_path):
+    from parascale import data
+
+    image_tree(tmp_path, sizes={"train-a1.png": (9, 8)})  # not the first of its class
+    cfg = TrainConfig(dataset="imagefolder", data_dir=str(tmp_path))
+    data.check(cfg)  # one image per class: all 8x8
+    with pytest.raises(UsageError) as exc:
+        data.check(dataclasses.replace(cfg, verify_data=True))
+    assert "differ in size" in one_line(exc) and "train-a1.png is 9x8" in one_line(exc)
+    data.check(dataclasses.replace(cfg, verify_data=True, image_size=8))

@@ -9,7 +9,7 @@ import torch
 from parascale import data
 from parascale.config import TrainConfig
 from parascale.data import handover, vision
-from test_data_vision import write_cifar
+from data_files import write_cifar
 
 CPU = torch.device("cpu")
 

@@ -10,7 +10,7 @@ from parascale.config import TrainConfig
 from parascale.errors import UsageError
 
 CPU = torch.device("cpu")
-ALL = ["synthetic", "digits", "cifar10", "mnist", "fashion-mnist", "imagefolder"]
+ALL = ["synthetic", "digits", "cifar10", "mnist", "fashion-mnist", "imagefolder", "shakespeare"]
 
 
 def everything(split: data.Split) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from parascale import data
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
+from parascale.validation import validate
 
 CPU = torch.device("cpu")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from parascale.cli.main import main
-from test_data_vision import write_cifar
+from data_files import write_cifar
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

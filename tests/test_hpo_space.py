@@ -91,7 +91,7 @@ def test_drawing_from_optuna_follows_the_declared_kinds():
               space.parse_param("sync=allreduce,local-sgd"), space.parse_param("period=2:8")]
     for _ in range(10):
         trial = study.ask()
-        chosen = space.settings(params, {}, lambda p: p.suggest(trial))
+        chosen = space.settings(params, {}, lambda p: p.suggest(trial))  # noqa: B023
         assert 0.001 <= chosen["lr"] <= 0.5 and isinstance(chosen["batch_size"], int)
         assert ("period" in chosen) == (chosen["sync"] == "local-sgd")
         study.tell(trial, 0.5)

@@ -11,8 +11,9 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from parascale.errors import UsageError
-from parascale.hpo import plots, results, space, study
-from parascale.hpo.search import Search, objective_value
+from parascale import studydb as storage
+from parascale.hpo import plots, results, search, space, study
+from parascale.hpo.search import Search, facts_of, objective_value
 
 PARAMS = [space.parse_param("lr=0.01:0.5:log"), space.parse_param("batch_size=16,32,64")]
 DISTRIBUTIONS = {"lr": FloatDistribution(0.01, 0.5, log=True),
@@ -40,12 +41,30 @@ def test_one_study_is_one_search(tmp_path):
     assert first.direction == optuna.study.StudyDirection.MAXIMIZE
     again, _ = _open(tmp_path)  # the same command: loaded
     assert again._study_id == first._study_id
-    with pytest.raises(UsageError, match="different search .*space"):
+    with pytest.raises(UsageError, match="different search .*searched options differ: "
+                       "batch_size"):
         _open(tmp_path, params=PARAMS[:1])
-    with pytest.raises(UsageError, match="different search .*objective"):
+    with pytest.raises(UsageError, match='different search .*--objective was "accuracy", '
+                       'now "tta"'):
         _open(tmp_path, objective="tta")
-    with pytest.raises(UsageError, match="different search .*fixed"):
-        _open(tmp_path, fixed={"epochs": 4})
+    # the refusal names each setting that differs, and sends a new search elsewhere (another
+    # --study-name in the same --out would overwrite this one's trials)
+    with pytest.raises(UsageError) as refused:
+        _open(tmp_path, fixed={"epochs": 4, "seed": 1})
+    assert "(--epochs was 3, now 4; --seed was not given, now 1)" in str(refused.value)
+    assert str(refused.value).endswith("or another --out for a new search")
+    assert "--study-name" not in str(refused.value)
+
+
+def test_out_is_the_same_folder_however_it_is_typed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first, _ = _open(tmp_path, fixed={"epochs": 3, "out": "hpo/kill/"})
+    for typed in ("hpo/kill", "./hpo/kill", str(tmp_path / "hpo" / "kill")):
+        again, _ = _open(tmp_path, fixed={"epochs": 3, "out": typed})
+        assert again._study_id == first._study_id
+    with pytest.raises(UsageError) as refused:
+        _open(tmp_path, fixed={"epochs": 3, "out": str(tmp_path / "hpo" / "other")})
+    assert f'(--out was "{tmp_path}/hpo/kill", now "{tmp_path}/hpo/other")' in str(refused.value)
     with pytest.raises(UsageError, match="cannot open the search's storage 'nosuch://x'"):
         study.open_study("nosuch://x", "s", {"objective": "accuracy"}, 0, "none")
 
@@ -70,6 +89,29 @@ def test_trials_a_dead_search_left_running_are_queued_again(tmp_path):
     again = the_study.ask(DISTRIBUTIONS)  # the queued parameters come first
     assert again.number == 4 and again.params == trials[1].params
     assert study.recover(the_study) == []  # nothing twice
+
+
+def test_a_trial_its_search_left_half_drawn_runs_again_with_all_its_parameters(tmp_path):
+    """SIGKILL lands anywhere in a trial's start: after Optuna's ask but before its owner is
+    named, or between one parameter and the next. Both are retried with the exact parameters
+    the interrupted trial holds (once a retry's differed: it drew batch_size afresh)."""
+    the_study, url = _open(tmp_path)
+    gone = {"host": socket.gethostname(), "pid": 2**22 + 7, "started": 0.0}  # no such process
+    half = the_study.ask()
+    half.set_user_attr(study.OWNER, gone)
+    half.suggest_float("lr", 0.01, 0.5, log=True)  # killed before batch_size was drawn
+    the_study.ask()  # killed before it named its owner
+    fixed = {"epochs": 3}
+    assert study.recover(the_study, url, lambda t: search.draw(PARAMS, fixed, t)) == [0, 1]
+    trials = the_study.get_trials()
+    assert [t.state for t in trials[:2]] == [TrialState.FAIL] * 2
+    assert all(set(t.params) == {"lr", "batch_size"} for t in trials[:2])
+    assert trials[0].params["lr"] == half.params["lr"]
+    for original in trials[:2]:  # each retry, started as a search starts it, runs them as drawn
+        retry = study.start(the_study, url)
+        assert retry.user_attrs["retry_of"] == original.number
+        assert search.draw(PARAMS, fixed, retry) == original.params
+    assert study.recover(the_study, url, lambda t: search.draw(PARAMS, fixed, t)) == []
 
 
 def test_failed_and_pruned_trials_count_as_finished(tmp_path):
@@ -104,6 +146,25 @@ def test_the_table_marks_the_best_and_says_why_trials_ended(tmp_path):
     assert made == {"hpo-objective", "hpo-batch"}
 
 
+def test_a_task_without_accuracy_shows_its_objective_metric_by_name(tmp_path):
+    the_study, _ = _open(tmp_path, "mae")
+    for number, (mae, batch) in enumerate([(0.31, 16), (0.27, 64)]):
+        _finished(the_study, number, mae, batch, val_accuracy=None, val_best=mae)
+    _finished(the_study, 2, None, 32, state=TrialState.PRUNED, val_accuracy=None, val_best=0.5)
+    found = Search(the_study, "sqlite://", "s", PARAMS, {}, "mae", None, "median", tmp_path, 5,
+                   maximize=False)
+    table = results.rows(found)
+    head, *lines = results.format_table(table, found).splitlines()
+    assert "val mae" in head and "val acc" not in head
+    assert "0.27" in lines[1].split("64", 1)[1] and "0.5" in lines[2].split("32", 1)[1]
+    assert {p.name for p in plots.make(table, "mae", maximize=False)} == {"hpo-objective",
+                                                                          "hpo-batch"}
+    record = {"epochs": [{"val_mae": 0.4}, {"val_mae": 0.2}, {"val_mae": 0.3}],
+              "derived": {"global_batch": 32, "per_device_batch": 32, "effective_lr": 0.1},
+              "summary": {"total_time_s": 3.0}, "config": {"out": "x"}}
+    assert facts_of(record, "mae", maximize=False)["val_best"] == 0.2  # lowest: lower is better
+
+
 def test_the_objective_of_a_record():
     record = {"epochs": [{"val_accuracy": 0.8}, {"val_accuracy": 0.92}, {"val_accuracy": 0.9}],
               "derived": {"global_batch": 32, "per_device_batch": 32, "effective_lr": 0.1},
@@ -113,3 +174,12 @@ def test_the_objective_of_a_record():
     assert objective_value(record, "tta") == 2.5
     record["time_to_accuracy"] = {"reached": False, "elapsed_s": None}
     assert math.isinf(objective_value(record, "tta"))
+
+
+def test_a_sqlite_path_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert storage.normal("sqlite:///a/hpo.db") == f"sqlite:///{tmp_path}/a/hpo.db"
+    assert storage.normal("postgresql://u:p@h/db") == "postgresql://u:p@h/db"
+    assert storage.folder_of("sqlite:///a/hpo.db") == tmp_path / "a"
+    with pytest.raises(UsageError, match="memory"):
+        storage.normal("sqlite:///:memory:")

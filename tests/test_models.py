@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import assert_refused
 from parascale import models
 from parascale.errors import UsageError
 from parascale.models.tv import _constructor_kwargs
@@ -29,7 +30,7 @@ def assert_one_line(exc: pytest.ExceptionInfo) -> str:
 # --- parascale's own models ----------------------------------------------------------------------
 
 def test_names_are_the_registered_models():
-    assert models.names() == OWN
+    assert models.names() == OWN + ["gpt"]  # gpt takes tokens: tests/test_lm_data.py
 
 
 @pytest.mark.parametrize("shape,classes", SHAPES)
@@ -295,3 +296,36 @@ def test_timm_models_by_name():
         models.check("timm:resnetv2_5")
     with pytest.raises(UsageError, match="timm:NAME"):
         models.check("resnetv2_50")
+
+
+@pytest.mark.parametrize("module, body, words", [
+    ("umod_raises", "raise ValueError('no such width: 7')",
+     ["'umod_raises:make'", "make(num_classes=10, input_shape=(1, 8, 8)) raised ValueError: "
+      "no such width: 7", "umod_raises.py:5"]),
+    ("umod_exits", "raise SystemExit(0)",
+     ["'umod_exits:make'", "make(num_classes=10, input_shape=(1, 8, 8)) exited (SystemExit(0))",
+      "umod_exits.py:5"]),
+    ("umod_empty", "return Slice(num_classes)",
+     ["'umod_empty:make'", "returned a Slice without trainable parameters"]),
+])
+def test_user_model_failures_are_one_line_before_any_worker(capsys, user_dir, module, body,
+                                                            words):
+    (user_dir / f"{module}.py").write_text(textwrap.dedent(f"""\
+        from torch import nn
+
+
+        def make(num_classes, input_shape):
+            {body}
+
+
+        class Slice(nn.Module):  # the right output shape, but nothing to train
+            def __init__(self, k):
+                super().__init__()
+                self.k = k
+
+            def forward(self, x):
+                return x.flatten(1)[:, :self.k]
+        """))
+    # the launcher creates --out, so its absence shows no worker started
+    assert_refused(capsys, user_dir, "--model", f"{module}:make", "--workers", "1",
+                   words=words)

@@ -9,6 +9,7 @@ B_simple = tr(Σ)/|G|² = d + 1 + dσ²/|r|².
 import pytest
 import torch
 
+from parascale import precision
 from parascale.config import TrainConfig
 from parascale.training.noise import NoiseScale, _round, advice, estimate
 
@@ -103,10 +104,13 @@ class _Plan:
 
 class _Strategy:
     def __init__(self, refusal=None):
-        self.refusal, self.want_local_sq = refusal, False
+        self.refusal, self.watcher = refusal, None
 
     def noise_refusal(self):
         return self.refusal
+
+    def watch_gradients(self, watcher):
+        self.watcher = watcher
 
 
 @pytest.mark.parametrize("cfg, size, strategy, scaler, reason", [
@@ -117,11 +121,33 @@ class _Strategy:
 ])
 def test_a_run_that_cannot_measure_it_records_why(cfg, size, strategy, scaler, reason):
     noise = NoiseScale(cfg, _World(size), strategy, _Plan, scaler)
-    assert not noise.measuring and reason in noise.reason and not strategy.want_local_sq
+    assert not noise.measuring and reason in noise.reason and strategy.watcher is None
     assert noise.end_epoch(1) == {"noise_scale": None}
     summary = noise.summary()
     assert summary["measured"] is False and summary["noise_scale"] is None
     assert summary["advice"] is None and noise.line() is None
+
+
+@pytest.mark.parametrize("figure, se, steps, advises", [
+    (1.0, 4.0, 4, False),  # vgg16's four steps: "1 ± 4" advised on the batch
+    (692.0, 326.0, 22, False),  # the demo's: a standard error of 47 %
+    (36.0, 9.5, 400, False),  # many steps, still too loose
+    (36.0, 6.0, 4, False),  # tight, but a handful of steps
+    (36.0, 6.0, 40, True),
+])
+def test_advice_only_from_a_precise_figure(figure, se, steps, advises):
+    """The closing line and the record's advice say how to scale only when the estimate can
+    carry it; otherwise that it was not measured precisely enough, and about how many steps
+    would make it so."""
+    noise = NoiseScale(TrainConfig(), _World(2), _Strategy(), _Plan, None)
+    noise.last = {"epoch": 1, "noise_scale": figure, "noise_scale_se": se, "noise_steps": steps}
+    line, summary = noise.line(), noise.summary()
+    assert summary["steps"] == steps and summary["advice"] in line
+    assert ("diminishing returns" in line) is advises
+    assert ("not measured precisely enough" in line) is not advises
+    if not advises:
+        needed = precision.judge(figure, se, steps).steps_needed
+        assert f"about {needed:,} steps would make it so" in line and needed > steps
 
 
 def test_the_strategies_say_which_can_measure_it():
@@ -154,7 +180,8 @@ def test_training_measures_it_the_same_under_both_averaging_strategies(train_run
         assert noise["measured"] and noise["reason"] is None and noise["epoch"] == 1
         assert (noise["per_device_batch"], noise["global_batch"]) == (32, 64)
         assert noise["noise_scale"] == epoch["noise_scale"]
-        assert noise["advice"].startswith("batches beyond about ")
+        # 12 steps are too few to advise from (precision.MIN_STEPS): the record says so
+        assert noise["steps"] == 12 and "not measured precisely enough" in noise["advice"]
         figures[name] = [epoch[k] for k in ("noise_scale", "grad_sq", "trace_sigma")]
     assert figures["allreduce"] == pytest.approx(figures["reduce-broadcast"], rel=1e-4)
 

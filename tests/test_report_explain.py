@@ -70,3 +70,33 @@ def test_records_without_either_say_so_and_nothing_else(tmp_path):
     text = page(folder)
     assert "No run recorded a gradient noise scale." in text
     assert "No run was profiled" in text
+
+
+def with_steps(rec, steps):
+    """The record's last epoch, the one its noise section names, measured over ``steps``."""
+    rec["epochs"][-1]["noise_steps"] = steps
+    return rec
+
+
+def test_an_imprecise_noise_scale_gives_no_advice_and_says_how_many_steps(tmp_path):
+    # vgg16, four steps on 2 workers: 1 ± 4; the demo: 692 ± 326 over 40 steps
+    tiny, wide = record(2, 180.0), record(4, 300.0)
+    tiny["noise"], wide["noise"] = noise(1.0, 64, se=4.0), noise(692.0, 128, se=326.0)
+    folder = write_study(tmp_path / "s", [with_steps(tiny, 4), with_steps(wide, 40)])
+    text = " ".join(terminal_summary(load_studies([folder])).split())
+    assert "692 ± 326 (epoch 3)" in text  # the figure is still shown
+    assert "diminishing returns" not in text
+    assert "By the last: the noise scale was not measured precisely enough" in text
+    assert "about 143 steps would make it so" in text
+    section = page(folder)
+    section = section[section.index("<h2>Explaining the runs</h2>"):]
+    assert "diminishing returns" not in section and "about 1,024 steps" in section
+
+
+def test_a_precise_noise_scale_keeps_its_advice(tmp_path):
+    two = record(2, 180.0)
+    two["noise"] = noise(812.4, 64, se=61.0)
+    folder = write_study(tmp_path / "s", [with_steps(two, 40)])
+    text = " ".join(terminal_summary(load_studies([folder])).split())
+    assert "By the last: batches beyond about 812 give diminishing returns" in text
+    assert "precisely" not in text

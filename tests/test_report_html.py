@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from parascale.report import write_report
-from conftest import record, run_chromium, write_study
+from conftest import machine_block, record, run_chromium, write_study
+from helpers import repeats, with_ids
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EVIL = "<script>alert('x')</script>"
@@ -122,3 +123,47 @@ def test_chromium_probe_catches_broken_images_and_script_errors(tmp_path):
     assert findings["images"] == 1 and findings["undecoded"] == 1
     assert any("undefinedFunction" in e for e in findings["errors"])
     assert any("Uncaught" in line for line in console)
+
+
+# Injected into a test copy only: after layout, how many table containers are wider than the
+# page lets them be (cut off, or scrolled sideways).
+OVERFLOW_PROBE = """<script>
+window.addEventListener('load', function () {
+  var boxes = Array.prototype.slice.call(document.querySelectorAll('.wide'));
+  var out = document.createElement('pre');
+  out.id = 'overflow';
+  out.textContent = JSON.stringify({tables: boxes.length, overflowing: boxes.filter(
+    function (b) { return b.scrollWidth > b.clientWidth + 1; }).map(
+    function (b) { return b.scrollWidth + '>' + b.clientWidth; })});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+@pytest.mark.slow
+def test_report_tables_fit_the_page_in_chromium(tmp_path):
+    import re
+
+
+    tta = {"target": 0.9, "reached": True, "epoch": 3, "elapsed_s": 14.2}
+    records = []
+    for scaling in ("weak", "strong"):
+        for n, xs in ((1, [1010.0, 1000.0, 990.0]), (2, [1500.0, 1440.0, 1380.0]),
+                      (4, [2600.0, 2500.0, 2300.0])):
+            extra = {"scaling": scaling, "tta": tta, "global_batch": 128 if scaling == "strong"
+                     else None}
+            records += repeats(n, xs, machine=machine_block() if n == 4 else None, **extra)
+            if n > 1:
+                records += repeats(n, [x * 1.1 for x in xs], baseline=True, sync="none", **extra)
+    for rec in records:
+        rec["study"]["config_id"] += f"-{rec['study']['scaling']}"
+    page = write_report([write_study(tmp_path / "study", with_ids(records))])
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace('<meta charset="utf-8">',
+                                               '<meta charset="utf-8">' + OVERFLOW_PROBE, 1))
+    result = run_chromium(tmp_path / "profile", "--window-size=1200,3000", "--dump-dom",
+                           probed.as_uri())
+    found = re.search(r'<pre id="overflow">(.*?)</pre>', result.stdout, re.S)
+    assert found, result.stderr[-2000:]
+    seen = json.loads(found.group(1).replace("&quot;", '"'))
+    assert seen["tables"] >= 3 and seen["overflowing"] == [], seen

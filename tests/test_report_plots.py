@@ -9,6 +9,7 @@ from matplotlib.figure import Figure
 from parascale.report import load_records, summary_rows
 from parascale.report.plots import _worker_axis, make_plots, series_labels, write_plots
 from conftest import record, write_study
+from helpers import record_at
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SCALING_PLOTS = {"epoch_time", "throughput", "speedup", "efficiency", "accuracy", "step_time"}
@@ -84,3 +85,11 @@ def test_worker_axis_is_log2_for_powers_of_two_with_real_labels(ns, log2):
     assert (ax.get_xscale() == "log") == log2
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(n) for n in ns]
     assert list(ax.get_xticks()) == ns
+
+
+def test_plot_labels_are_short_whatever_the_model_name(tmp_path):
+    rows = summary_rows(load_records([write_study(tmp_path / "s", [
+        record_at("a", 1, 100.0, model="pkg." + "m" * 9_000 + ":build"),
+        record_at("b", 2, 190.0, model="pkg." + "m" * 9_000 + ":build")])]).records)
+    [label] = series_labels([rows[0].key]).values()
+    assert len(label) <= 80 and label.startswith("pkg.mmm") and label.endswith(":build")

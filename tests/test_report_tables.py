@@ -13,11 +13,12 @@ import pytest
 
 from parascale.errors import UsageError
 from parascale.report import format_terminal, load_records, summary_rows, write_report
-from parascale.report import command
+from parascale.cli import report_cmd as command
 from parascale.report.tables import format_csv, format_markdown
 from parascale.report.wording import sentences
 
-from conftest import record, write_study
+from conftest import machine_block, record, write_study
+from helpers import repeats, rows_of, with_ids
 
 
 # ---- helpers (record and write_study live in conftest.py, shared) --------------------------
@@ -296,3 +297,19 @@ def test_a_differing_setting_labels_its_series_and_baselines_follow_it(tmp_path)
 def test_one_series_has_no_variant_label(tmp_path):
     rows = rows_for(tmp_path, [record(1, 1000.0), record(2, 1900.0)])
     assert {r.key.variant for r in rows} == {""}
+
+
+def test_terminal_tables_fit_120_columns(tmp_path):
+    tta = {"target": 0.9, "reached": True, "epoch": 3, "elapsed_s": 14.2}
+    records = []
+    for n, xs in ((1, [1010.0, 1000.0, 990.0]), (2, [1500.0, 1440.0, 1380.0]),
+                  (4, [2600.0, 2500.0, 2300.0])):
+        records += repeats(n, xs, tta=tta, machine=machine_block() if n == 4 else None)
+        if n > 1:
+            records += repeats(n, [x * 1.1 for x in xs], baseline=True, sync="none", tta=tta)
+    rows = rows_of(tmp_path, with_ids(records))
+    text = format_terminal(rows)
+    wide = [line for line in text.splitlines() if len(line) > 120]
+    assert not wide, "\n".join(wide)
+    for header in ("speedup", "efficiency", "lost: sharing", "sync cost", "time to 90%"):
+        assert header in text  # wrapped, not dropped

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -91,8 +91,9 @@ def test_a_study_is_one_job_per_configuration_and_a_cancelled_or_failed_one_is_r
     by_workers, jobs = folders(study), ledger(study)
     two = by_workers[2]
     subprocess.run(["scancel", jobs[two]], check=True)  # queued or training: either way
-    wait_until(lambda: not subprocess.run(["squeue", "-h", "-j", ",".join(jobs.values())],
-                                          capture_output=True, text=True).stdout.strip(), 240)
+    squeue = ["squeue", "-h", "-j", ",".join(jobs.values())]
+    assert wait_until(lambda: not subprocess.run(squeue, capture_output=True,
+                                                 text=True).stdout.strip(), 240)
 
     status = parascale("slurm", "status", str(study), cwd=tmp_path).stdout
     row = next(line for line in status.splitlines() if line.startswith(two))
@@ -133,3 +134,86 @@ def test_a_study_is_one_job_per_configuration_and_a_cancelled_or_failed_one_is_r
     parascale("report", str(study), "--out", str(tmp_path / "report"), cwd=tmp_path)
     assert (tmp_path / "report" / "report.html").is_file()
     assert "| 2" in (tmp_path / "report" / "summary.md").read_text()
+
+
+# every kind of text a shell or sbatch might read as code, in one name that starts with '-'
+HOSTILE = "-a $(touch pwned) `touch pwned` it's \"q\" #c ;touch pwned per%cent %j é 日本"
+FAKES = {"srun": 'printf "%s\\0" "$@" > "$SEEN/srun"\n',  # what srun would have started
+         "python": 'printf "%s\\0" "$@" > "$SEEN/python"\n'}  # the filing step of a study
+
+
+def sbatch_options(script: Path) -> dict[str, str]:
+    """The options sbatch read from a script's directives (its own parser; nothing runs)."""
+    done = subprocess.run(["sbatch", "-v", "--test-only", str(script)], capture_output=True,
+                          timeout=60)
+    text = done.stderr.decode("utf-8", "replace")
+    assert done.returncode == 0, text
+    block = text.split("defined options\n", 1)[1].split("end of defined options", 1)[0]
+    pairs = (line.removeprefix("sbatch: ").split(" : ", 1) for line in block.splitlines())
+    return {pair[0].strip(): pair[1] for pair in pairs if len(pair) == 2}
+
+
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_hostile_values_are_data_to_bash_and_to_sbatch(cluster, tmp_path, capsys, monkeypatch,
+                                                       command):
+    from parascale.cli.main import main
+
+    bin_dir, seen = tmp_path / "bin", tmp_path / "seen"
+    bin_dir.mkdir()
+    seen.mkdir()
+    for name, body in FAKES.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    data = HOSTILE.replace("-a", "-data")  # not here: train renders it with a warning
+    args = ["slurm", command, "--steps", "2", "--time", "5", f"--out={HOSTILE}", "--python",
+            str(bin_dir / "python"), "--dry-run"] + (
+        ["--dataset", "cifar10", f"--data-dir={data}"] if command == "train" else
+        ["--workers", "1"])  # bench builds its data while planning: it must be here
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    text = printed if command == "train" else \
+        printed.split(" ----\n", 1)[1].split("\ndry run:", 1)[0] + "\n"
+    script = tmp_path / "job.sh"
+    script.write_bytes(text.encode())
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=60)
+
+    # every directive is in the block sbatch reads: it stops at the first command
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+    directives = [i for i, line in enumerate(lines) if line.startswith("#SBATCH")]
+    assert directives and max(directives) < first
+    read = sbatch_options(script)
+    rendered = {shlex.split(lines[i])[1].split("=", 1)[0][2:] for i in directives}
+    assert rendered <= set(read), (rendered, read)
+    out = tmp_path / HOSTILE
+    assert read["time"] == "00:05:00"
+    pattern = str(out).replace("%", "%%")  # only the %j parascale adds is Slurm's
+    assert read["output"] == pattern + "-slurm-%j.out" if command == "train" else \
+        read["output"].startswith(pattern + "/slurm/workers-1") and \
+        read["output"].endswith("-%j.out")
+
+    # run as the job would (srun and the filing step stand in): every value arrives whole
+    subprocess.run(["bash", str(script)], cwd=tmp_path, timeout=60, check=True,
+                   env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                        "SEEN": str(seen), "SLURM_JOB_ID": "7"})
+    srun = (seen / "srun").read_bytes().decode().split("\0")[:-1]
+    assert srun[-2] == "--out"
+    if command == "train":
+        assert srun[-1] == str(out) and "--data-dir=" + data in srun
+    else:
+        assert srun[-1].startswith(f"{out}/.running/workers-1")
+        filing = (seen / "python").read_bytes().decode().split("\0")
+        assert filing[2:4] == [str(out), srun[-1].rsplit("/", 1)[1]]  # STUDY FOLDER
+    assert not list(tmp_path.rglob("pwned"))  # nothing ran
+
+
+def test_a_script_sbatch_refuses_is_not_left_behind(cluster, tmp_path, capsys):
+    from parascale.cli.main import main
+
+    out = tmp_path / "run"
+    assert main(["slurm", "train", "--steps", "2", "--partition", "nosuchpartition",
+                 "--out", str(out), "--submit"]) == 2
+    assert "sbatch refused" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+

@@ -269,3 +269,128 @@ def test_train_options_written_into_the_script_read_back_as_the_same_configurati
     flags = train_flags(given)
     args = build_parser(["train"]).parse_args(["train", *flags])
     assert config_from_args(args) == given
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\0b", "a\x1b[2Jb", "a\u2028b", "a\x85b"])
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_a_control_character_in_any_value_is_refused_by_its_option(tmp_path, capsys, value,
+                                                                    command):
+    # no quoting protects a newline in an #SBATCH line: the rest became a command of its own
+    extra = ["--workers", "1"] if command == "bench" else []
+    for option, given in (("--out", str(tmp_path / value)),
+                          ("--data-dir", str(tmp_path / value))):
+        args = ["slurm", command, "--steps", "2", "--time", "5", "--dataset", "cifar10",
+                "--out", str(tmp_path / "run"), *extra, option, given, "--dry-run"]
+        assert main(args) == 2
+        line = one_line_error(capsys)
+        assert line.startswith(f"parascale: error: {option} {given!r} holds {value[1]!r}"), line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_working_folder_with_a_newline_cannot_reach_the_script_either(tmp_path, capsys,
+                                                                        monkeypatch):
+    # --out is typed plain, but made absolute from where parascale runs
+    here = tmp_path / "a\ntouch x"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["slurm", "train", "--steps", "2", "--out", "run", "--dry-run"]) == 2
+    assert "holds '\\n', which a Slurm job script cannot carry" in one_line_error(capsys)
+    assert list(here.iterdir()) == []
+
+
+def test_a_backslash_in_the_output_path_is_refused(tmp_path, capsys):
+    # Slurm expands no %j in a file name pattern with a backslash, and drops the backslash
+    out = tmp_path / "a\\b"
+    assert main(["slurm", "train", "--steps", "2", "--out", str(out), "--dry-run"]) == 2
+    assert "holding a backslash; choose an --out without one" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("value, directive", [
+    ("plain/path-1_2.out", "--output=plain/path-1_2.out"),
+    ("a b#c", '"--output=a b#c"'),
+    ('q"uo\'te', '"--output=q\\"uo\'te"'),
+    ("$(x) `y` é", '"--output=$(x) `y` é"'),
+])
+def test_sbatch_values_are_quoted_for_sbatchs_own_parser(value, directive):
+    from parascale.cluster.script import directive as quote
+
+    assert quote(f"--output={value}") == directive
+    assert shlex.split(quote(f"--output={value}")) == [f"--output={value}"]
+
+
+def test_a_value_that_starts_with_a_dash_stays_the_options_value(tmp_path, capsys,
+                                                                  monkeypatch):
+    from parascale.cli.main import build_parser
+    from parascale.cli.options import config_from_args
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["slurm", "train", "--steps", "2", "--dataset", "cifar10", "--data-dir=-d",
+                 "--out=-r", "--dry-run"]) == 0
+    words = srun_words(capsys.readouterr().out)
+    train = words[words.index("train") + 1:]
+    assert "--data-dir=-d" in train and train[-2:] == ["--out", str(tmp_path / "-r")]
+    assert config_from_args(build_parser(["train"]).parse_args(["train", *train]))[
+        "data_dir"] == "-d"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("\uff15", "--time '\uff15' is not a Slurm time limit"),  # a fullwidth 5: \d took it
+    ("1:\uff13\uff10", "is not a Slurm time limit"),
+    ("99999999999999999999", "is longer than 365 days"),  # Slurm ran it unlimited
+    ("366-00:00:00", "is longer than 365 days"),
+    ("0", "is zero, which Slurm reads as no limit"),
+    ("0-0:0:0", "is zero"),
+    ("1:2:3:4", "is not a Slurm time limit"),
+    ("-5", "is not a Slurm time limit"),
+])
+def test_time_limit_is_one_of_sbatchs_forms_in_ascii_digits_and_bounded(tmp_path, capsys,
+                                                                         value, message):
+    assert main(["slurm", "train", "--steps", "2", "--out", str(tmp_path / "r"), "--time",
+                 value, "--dry-run"]) == 2
+    assert message in one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value, seconds", [
+    ("30", 1800), ("0:30", 30), ("1:30:00", 5400), ("2-12", 216000), ("2-12:30", 217800),
+    ("2-12:30:15", 217815), ("365-00:00:00", 365 * 86400)])
+def test_time_limit_forms_sbatch_accepts_are_accepted(value, seconds):
+    from parascale.cluster.script import time_limit
+
+    assert time_limit(value) == seconds
+
+
+def test_a_data_folder_only_the_nodes_mount_renders_with_one_warning(tmp_path, capsys):
+    data = tmp_path / "scratch" / "cifar10"  # not on this machine
+    assert main(["slurm", "train", "--steps", "2", "--dataset", "cifar10", "--data-dir",
+                 str(data), "--out", str(tmp_path / "r"), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    warning = captured.err.strip().splitlines()
+    assert warning == [(f"parascale: warning: --data-dir {data} is not on this machine; the "
+                        "job reads it on the nodes (and says so if it is missing there too)")]
+    words = srun_words(captured.out)
+    assert words[words.index("--data-dir") + 1] == str(data)
+    assert list(tmp_path.iterdir()) == []
+    # a folder that is here is still checked here
+    data.parent.mkdir()
+    data.write_text("")
+    assert main(["slurm", "train", "--steps", "2", "--dataset", "cifar10", "--data-dir",
+                 str(data), "--out", str(tmp_path / "r"), "--dry-run"]) == 2
+    assert "is a file, not a folder" in one_line_error(capsys)
+
+
+def test_status_of_a_file_says_it_is_not_a_folder(tmp_path, capsys):
+    file = tmp_path / "study.txt"
+    file.write_text("")
+    assert main(["slurm", "status", str(file)]) == 2
+    line = one_line_error(capsys)
+    assert f"{file} is a file, not a study folder" in line and "does not exist" not in line
+
+
+@pytest.mark.parametrize("option", ["--nodes", "--gpus-per-node", "--cpus-per-task"])
+def test_slurm_counts_are_ascii_digits(tmp_path, capsys, option):
+    assert main(["slurm", "train", "--steps", "2", "--out", str(tmp_path / "r"), option,
+                 "\uff12", "--dry-run"]) == 2  # a fullwidth 2: int() reads it
+    assert f"argument {option}: expected a whole number in ASCII digits, got '\uff12'" in \
+        one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []

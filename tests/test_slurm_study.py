@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from parascale.bench.runner import StudyRunner, planned_jobs
-from parascale.cli.bench_cmd import plan_from_args
+from parascale.bench.session import plan_from_args
 from parascale.cli.main import build_parser
+from parascale.cli.options import config_from_args
 from parascale.cluster import scheduler
 from parascale.cluster import study as slurm_study
 from parascale.cluster.scheduler import JobState
@@ -24,7 +25,7 @@ def planned(tmp_path, monkeypatch):
     args = build_parser(["bench"]).parse_args(
         ["bench", "--workers", "1,2", "--scaling", "weak", "--batch-size", "16", "--steps", "2",
          "--out", str(study)])
-    inputs, jobs, _ = plan_from_args(args)
+    inputs, jobs, _ = plan_from_args(args, config_from_args(args))
     StudyRunner(study, jobs).prepare()
     answers: dict[str, JobState] = {}
     sent: list[Path] = []
@@ -121,3 +122,80 @@ def test_submitting_again_sends_only_what_is_missing_or_failed(planned, tmp_path
     # --rerun never keeps the failed one too
     answers["203"] = JobState("203", "FAILED", "NonZeroExitCode", "scontrol")
     assert slurm_study.submit(study, jobs, opts, "never", None, lines.append) == []
+
+
+def test_a_record_the_job_filed_stands_when_its_marker_is_missing(planned):
+    """A job killed between filing its record and writing its marker: the record it filed is
+    kept (ok, or its own failure), never replaced by a guess; only an earlier job's failure is."""
+    study, jobs, answers, _ = planned
+    one, two = (j.folder for j in jobs)
+    StudyRunner(study, jobs).file_elsewhere(jobs[0], "first")  # a record to make an ok one of
+    (study / ".running" / one).mkdir(parents=True)
+    (study / ".running" / one / "record.json").write_text(
+        json.dumps(read(study, one) | {"status": "ok", "reason": None}))
+    StudyRunner(study, jobs).file_elsewhere(jobs[0], "unused")  # filed ok, as filing does
+    StudyRunner(study, jobs).file_elsewhere(jobs[1], "Slurm job 302: srun exited with code 1")
+    slurm_study.write_ledger(study, {one: {"job_id": "301"}, two: {"job_id": "302"}})
+    answers["301"] = JobState("301", "COMPLETED", source="scontrol")
+    answers["302"] = JobState("302", "FAILED", "NonZeroExitCode", "scontrol")
+    shown = rows(study, jobs)
+    assert shown[one].outcome == "ok" and read(study, one)["status"] == "ok"
+    assert shown[two].outcome == "failed"
+    assert read(study, two)["reason"] == "Slurm job 302: srun exited with code 1"
+    assert slurm_study.filed_by(study, one) == "301" and slurm_study.filed_by(study, two) == "302"
+    # a failed record of an earlier job is what a new job replaces
+    slurm_study.write_ledger(study, {two: {"job_id": "303"}})
+    answers["303"] = JobState("303", "CANCELLED", source="scontrol")
+    assert rows(study, jobs)[two].outcome == "failed"
+    assert read(study, two)["reason"].startswith("Slurm job 303 ended without filing its run: "
+                                                 "CANCELLED")
+
+
+def test_a_data_folder_only_the_nodes_mount_plans_with_one_warning(tmp_path, capsys,
+                                                                    monkeypatch):
+    """Like slurm train: the study's jobs read --data-dir on the nodes; the plan says so once,
+    however many configurations share it, and renders every job."""
+    from parascale.cli.main import main
+
+    monkeypatch.setattr(scheduler, "cpus_per_node", lambda partition: None)  # no sinfo here
+
+    data = tmp_path / "scratch" / "cifar10"  # not on this machine
+    assert main(["slurm", "bench", "--dataset", "cifar10", "--data-dir", str(data),
+                 "--workers", "1,2", "--steps", "2", "--out", str(tmp_path / "s"),
+                 "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        (f"parascale: warning: --data-dir {data} is not on this machine; the jobs read it on "
+         "the nodes (and say so if it is missing there too)")]
+    assert captured.out.count(f"--data-dir {data}") == 2
+    assert list(tmp_path.iterdir()) == []
+    # a folder that is here is checked here; and a local study checks it always
+    data.parent.mkdir()
+    data.write_text("")
+    assert main(["slurm", "bench", "--dataset", "cifar10", "--data-dir", str(data),
+                 "--workers", "1", "--steps", "2", "--dry-run"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+    assert main(["bench", "--dataset", "cifar10", "--data-dir", str(tmp_path / "nowhere"),
+                 "--workers", "1", "--steps", "2", "--dry-run"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env", [{"RANK": "{r}", "WORLD_SIZE": "2"},
+                                 {"SLURM_PROCID": "{r}", "SLURM_STEP_ID": "0",
+                                  "SLURM_NTASKS": "2"}])
+def test_a_job_says_its_missing_data_folder_once(tmp_path, capsys, monkeypatch, env):
+    """Every rank of a torchrun or srun world checks the same input: rank 0 says what is
+    wrong, the others exit 2 without repeating it."""
+    from parascale.cli.main import main
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    argv = ["train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "nowhere"),
+            "--steps", "2"]
+    said = {}
+    for rank in (0, 1):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value.format(r=rank))
+        assert main(argv) == 2
+        said[rank] = capsys.readouterr().err.strip().splitlines()
+    assert len(said[0]) == 1 and "--data-dir" in said[0][0] and "does not exist" in said[0][0]
+    assert said[1] == []

@@ -5,6 +5,7 @@ the same whether it runs first or after others in the same process."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -25,7 +26,8 @@ out = os.path.join(os.environ["PROBE_OUT"], f"rank{os.environ['PARASCALE_RANK']}
 with open(out, "w") as f:
     json.dump({"threads": threads, "python_threads": threading.active_count(),
                "torch_threads": torch.get_num_threads(), "rand": torch.rand(3).tolist(),
-               "cwd": os.getcwd(), "marker": os.environ.get("PROBE_MARKER")}, f)
+               "cwd": os.getcwd(), "marker": os.environ.get("PROBE_MARKER"),
+               "parent": os.getppid()}, f)
 """
 
 
@@ -57,6 +59,30 @@ def test_a_worker_starts_as_a_fresh_interpreter_would(tmp_path, monkeypatch, cap
     draws = [tuple(rank["rand"]) for rank in first + second]
     assert len(set(draws)) == len(draws), draws
     assert "probe rank 0 speaks" in capfd.readouterr().out  # rank 0 on this test's output
+
+
+@pytest.mark.slow
+def test_without_multiprocessings_private_parts_workers_start_as_fresh_interpreters(
+        tmp_path, monkeypatch, capfd):
+    """A Python whose multiprocessing lacks a private name the fork server relies on: each
+    worker is then a fresh interpreter, child of the launcher, and starts as a fork would."""
+    from multiprocessing import forkserver
+
+    from parascale.runtime import mp_private
+
+    (tmp_path / "startup_probe.py").write_text(PROBE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PROBE_MARKER", "plain")
+    monkeypatch.delattr(forkserver._forkserver, "_forkserver_alive_fd")
+    assert mp_private.missing() == ["multiprocessing.forkserver._forkserver._forkserver_alive_fd"]
+    seen = _probe(tmp_path, 0)
+    for rank in seen:
+        assert rank["parent"] == os.getpid()  # not a fork of the fork server
+        assert rank["threads"] == 1 and rank["python_threads"] == 1
+        assert rank["torch_threads"] == 1
+        assert rank["cwd"] == str(tmp_path) and rank["marker"] == "plain"
+    assert seen[0]["rand"] != seen[1]["rand"]
+    assert "probe rank 0 speaks" in capfd.readouterr().out
 
 
 def _params(out) -> dict:
@@ -107,5 +133,6 @@ def test_no_process_of_a_killed_launcher_survives_it(tmp_path):
     assert len(family) >= 4, family  # fork server, resource tracker, two workers
     launcher.send_signal(signal.SIGKILL)
     launcher.wait()
-    gone, alive = psutil.wait_procs(family, timeout=5)
+    # they notice at once; 60 s is a bound for a loaded machine, not an expectation
+    _, alive = psutil.wait_procs(family, timeout=60)
     assert alive == []

@@ -5,13 +5,14 @@ import sys
 import pytest
 
 from parascale import sync
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
+from parascale.validation import validate
 
 
 def test_every_strategy_is_registered():
     assert sync.names() == ["allreduce", "reduce-broadcast", "parameter-server", "local-sgd",
-                            "sma", "none"]
+                            "sma", "zero", "fsdp", "none"]
 
 
 @pytest.mark.parametrize("options, message", [

@@ -7,12 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import wait_until
 
 pytestmark = pytest.mark.slow  # every test here starts worker processes
@@ -63,11 +61,13 @@ def test_async_server_trains_digits_and_a_slowed_worker_sends_stale_gradients(tr
 @pytest.mark.parametrize("rank", [1, 0])  # rank 0 is the servers' parent
 def test_no_server_outlives_a_killed_worker(train_run, monkeypatch, tag, rank):
     monkeypatch.setenv("PARASCALE_FAULT", f"kill@{rank}:3")
-    record, _ = train_run(expect="failed", workers=2, global_batch=32, epochs=2, timeout=10.0,
+    # timeout bounds the servers' start too: 10 s was too short for it on a loaded machine;
+    # the death is seen at once, whatever the timeout
+    record, _ = train_run(expect="failed", workers=2, global_batch=32, epochs=2, timeout=60.0,
                           sync="parameter-server", ps_servers=2)
     assert f"rank {rank}" in record["reason"] and "SIGKILL" in record["reason"]
-    wait_until(lambda: not servers_tagged(tag), 5.0)  # SIGKILL is delivered at once; margin
-    assert servers_tagged(tag) == []
+    # the servers end when their parent does; a generous bound for a loaded machine
+    assert wait_until(lambda: not servers_tagged(tag), 60.0), servers_tagged(tag)
 
 
 def test_a_killed_server_fails_the_job_naming_it(tmp_path, tag):
@@ -80,11 +80,14 @@ def test_a_killed_server_fails_the_job_naming_it(tmp_path, tag):
     try:
         servers = wait_until(lambda: servers_tagged(tag), 60.0)
         assert servers, "no parameter server started"
-        time.sleep(0.5)  # training under way
+        # training under way: rank 0's first epoch line is in the run's log (the launcher
+        # writes it in its staging folder beside --out until the run ends)
+        assert wait_until(lambda: any("epoch 1/" in log.read_text()
+                                      for log in tmp_path.glob("*/log.txt")), 120.0), \
+            "no epoch finished"
         os.kill(servers[0], signal.SIGKILL)
-        start = time.monotonic()
-        _, stderr = proc.communicate(timeout=60)
-        assert time.monotonic() - start < 15  # at once, not after the 20 s timeout
+        # the last line names the killed server: found by its death, not by the 20 s timeout
+        _, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

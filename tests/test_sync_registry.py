@@ -6,9 +6,10 @@ import pytest
 
 from parascale import sync
 from parascale.cli.options import add_train_options, config_from_args
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.sync.base import Strategy
+from parascale.validation import validate
 
 
 class Gossip(Strategy):

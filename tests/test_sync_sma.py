@@ -8,12 +8,13 @@ from conftest import assert_same
 from torch import nn
 
 from parascale import data, models
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.runtime.world import World
 from parascale.sync.sma import SMA
 from parascale.sync.sma_tune import HillClimb
 from parascale.training.sampling import train_shard
+from parascale.validation import validate
 
 CPU = torch.device("cpu")
 ONE = World(rank=0, size=1, local_rank=0, device=CPU, backend="gloo", launcher="local")
@@ -181,9 +182,11 @@ def test_sma_options_belong_to_sma():
 
 
 def test_a_device_trains_one_batch_per_learner():
+    from parascale import sync
     from parascale.batch import derive
 
-    derived = derive(TrainConfig(sync="sma", learners=3, batch_size=16), 2)
+    cfg = TrainConfig(sync="sma", learners=3, batch_size=16)
+    derived = derive(cfg, 2, sync.strategy_of(cfg).replicas_per_device(cfg))
     assert (derived.per_device_batch, derived.global_batch) == (48, 96)
 
 

@@ -52,6 +52,29 @@ def test_decay_schedules():
     assert [lr_at(s, **step) for s in (19, 20, 39, 40)] == pytest.approx([1, 0.1, 0.1, 0.01])
 
 
+def test_a_warmup_in_steps_rises_from_zero_and_the_cosine_ends_at_the_floor():
+    # nanoGPT's get_lr with learning_rate 1e-3, warmup_iters 100, lr_decay_iters 2000, min_lr 1e-4
+    recipe = dict(base_lr=1e-3, effective_lr=1e-3, warmup_steps=100, total_steps=2000,
+                  schedule="cosine", from_zero=True, lr_min=1e-4)
+    assert lr_at(0, **recipe) == pytest.approx(1e-3 * 1 / 101)
+    assert lr_at(99, **recipe) == pytest.approx(1e-3 * 100 / 101)
+    assert lr_at(100, **recipe) == pytest.approx(1e-3)
+    assert lr_at(1050, **recipe) == pytest.approx(1e-4 + 0.5 * 9e-4)
+    assert lr_at(2000, **recipe) == pytest.approx(1e-4)
+
+
+def test_warmup_steps_replace_warmup_epochs_and_the_floor_stays_below_the_rate():
+    from parascale.batch import make_plan
+    from parascale.config import validate
+
+    assert make_plan(TrainConfig(warmup_steps=7, batch_size=10), 1, 1000, 10,
+                     replicas=1).warmup_steps == 7
+    with pytest.raises(UsageError, match="--warmup-steps .* or --warmup-epochs, not both"):
+        validate(TrainConfig(warmup_steps=7, warmup_epochs=1))
+    with pytest.raises(UsageError, match="below --lr 0.05; got 0.1"):
+        validate(TrainConfig(lr_min=0.1))
+
+
 @pytest.mark.parametrize("world, per_device, accumulate", [(1, 32, 1), (2, 16, 1), (4, 8, 1),
                                                            (2, 8, 2), (4, 2, 4)])
 def test_ranks_together_see_exactly_the_single_worker_batches(world, per_device, accumulate):

@@ -49,6 +49,8 @@ def test_record_has_warmup_schedule_time_to_accuracy_and_phases(train_run):
     for e in epochs:
         assert e["samples"] == e["steps"] * 32
         assert e["throughput"] == pytest.approx(e["samples"] / max(e["wall_time_s_per_rank"]))
+        # each rank's CPU time of the same steps, beside the wall time (issue 23)
+        assert len(e["cpu_time_s_per_rank"]) == 2 and min(e["cpu_time_s_per_rank"]) > 0
     phases = record["steps"]["phases"]
     assert set(phases) == {"data", "compute", "sync", "optimizer", "step"}
     assert record["steps"]["count"] == 2 * sum(e["steps"] for e in epochs[1:])

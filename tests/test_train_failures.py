@@ -1,11 +1,16 @@
 """A worker that dies, crashes, stalls or runs out of memory ends the job fast, naming the rank."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from conftest import wait_until
+
+from helpers import STUCK_SLACK_S, began, cli
 
 pytestmark = pytest.mark.slow  # every test here starts worker processes
 
@@ -21,9 +26,9 @@ def fault(monkeypatch):
 
 def test_killed_worker_is_named_and_no_success_is_recorded(train_run, fault):
     fault("kill@1:3")
-    start = time.monotonic()
+    # bounded: the run returns (pytest's timeout would fail it long before any process-group
+    # default of 30 min), and it names the signal, so it was the death that ended it
     record, state = train_run(expect="failed", **FAST)
-    assert time.monotonic() - start < 60  # bounded: far below any process-group default
     assert record["status"] == "failed"
     assert "rank 1" in record["reason"] and "SIGKILL" in record["reason"]
     assert state is None  # no model from a failed run
@@ -38,9 +43,7 @@ def test_crashing_worker_is_named_with_its_error(train_run, fault):
 
 def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
     fault("hang@1:2")
-    start = time.monotonic()
     record, _ = train_run(expect="failed", **{**FAST, "timeout": 5.0})
-    assert time.monotonic() - start < 60
     assert record["status"] == "failed"
     assert record["reason"].startswith("rank 1 stopped responding"), record["reason"]
 
@@ -67,7 +70,7 @@ def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path):
 def _alive(pid: int) -> bool:
     """Running, sleeping or stopped; a zombie (dead, not yet reaped) does not count."""
     try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
@@ -78,15 +81,36 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
                                  "--epochs", "500", "--no-save-model", "--out",
                                  str(tmp_path / "run")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    workers = []
-    while len(workers) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    def workers():
         found = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True,
                                text=True).stdout.split()
-        workers = [int(p) for p in found]
-    assert len(workers) == 2, "the workers never started"
+        return [int(p) for p in found] if len(found) == 2 else []
+
+    started = wait_until(workers, 120)
+    assert len(started) == 2, "the workers never started"
     launcher.kill()
     launcher.wait()
-    time.sleep(1)
-    assert [p for p in workers if _alive(p)] == []
+    # each worker notices its parent is gone and ends: wait for that, with a generous bound
+    assert wait_until(lambda: not [p for p in started if _alive(p)], 60), \
+        [p for p in started if _alive(p)]
+
+
+@pytest.mark.slow
+def test_a_hung_worker_ends_the_job_within_timeout_and_the_stated_slack(tmp_path):
+    """Rank 1 hangs before step 3. Its processes ignore SIGTERM, as a worker stuck in native
+    code does when a library installed a Python SIGTERM handler (which can never run there).
+    The job must end within --timeout + STUCK_SLACK_S of the hang, with 3 s to spare for a busy
+    machine; counting a grace period for the hung worker (5 s) breaks that."""
+    timeout = 5.0
+    proc = cli("train", "--workers", "2", "--model", "mlp", "--epochs", "2", "--timeout",
+               str(timeout), "--no-save-model", "--out", str(tmp_path / "run"),
+               tmpdir=tmp_path / "tmp", fault="hang@1:3", stdout=subprocess.PIPE,
+               stderr=subprocess.PIPE,
+               preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    assert began(proc), "training never began"
+    hung = time.monotonic()  # two steps of an mlp later, rank 1 hangs: this is no later
+    _, stderr = proc.communicate(timeout=120)
+    ended = time.monotonic() - hung
+    assert proc.returncode == 1
+    assert "rank 1 stopped responding" in stderr
+    assert ended <= timeout + STUCK_SLACK_S + 3.0, f"the job ended {ended:.1f} s after the hang"

@@ -6,7 +6,10 @@ import sys
 
 import pytest
 
+from helpers import OVERSUBSCRIPTION, one_error_line
 from parascale.cli.main import main
+from parascale.config import TrainConfig
+from parascale.runtime.env import available_cores
 
 
 def run_cli(capsys, *args):
@@ -29,7 +32,7 @@ def run_cli(capsys, *args):
     (["--backend", "nccl", "--workers", "2"], ["nccl", "CUDA"]),
     (["--sync", "ring"], ["--sync", "allreduce"]),
     (["--lr-schedule", "step"], ["--lr-milestones"]),
-    (["--epochs", "two"], ["--epochs", "invalid"]),
+    (["--epochs", "two"], ["--epochs", "expected a whole number"]),
 ])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(capsys, tmp_path, args, words):
     out = tmp_path / "out"
@@ -61,3 +64,30 @@ def test_no_traceback_from_the_real_command(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_more_workers_than_the_data_says_the_numbers(capsys, tmp_path):
+    assert main(["train", "--workers", "10000", "--out", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert "10000 workers x batch 32 need 320000 training samples per step; digits has 1437: " \
+           "use at most 44 workers at batch 32" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_oversubscription_is_refused_with_the_numbers_unless_insisted():
+    from parascale.errors import UsageError
+    from parascale.training import preflight
+
+    cores = available_cores()
+    many = OVERSUBSCRIPTION * cores + 1
+    with pytest.raises(UsageError) as refused:
+        preflight(TrainConfig(workers=many, batch_size=1), many)
+    assert f"{many} CPU threads ({many} workers x 1 threads) on {cores} cores" in str(refused.value)
+    assert "--oversubscribe" in str(refused.value)
+    with pytest.raises(UsageError) as threads:
+        preflight(TrainConfig(workers=2, threads=100000), 2)
+    assert "200000 CPU threads (2 workers x 100000 threads)" in str(threads.value)
+    preflight(TrainConfig(workers=many, batch_size=1, oversubscribe=True), many)
+    # what the suite runs: 4 workers and 2 parameter servers on 2 cores
+    preflight(TrainConfig(workers=2 * cores, global_batch=32, sync="parameter-server",
+                          ps_servers=2), 2 * cores)

@@ -41,6 +41,7 @@ def test_a_boundary_at_an_earlier_moment_moves_the_time_after_it_to_the_next_pha
     # DDP names the moment its last bucket was ready; what follows is exposed synchronisation
     clock = StepClock(CPU)
     clock.start()
+    before_mark = time.perf_counter()
     clock.mark()
     ready = time.perf_counter()
     time.sleep(0.05)
@@ -50,7 +51,9 @@ def test_a_boundary_at_an_earlier_moment_moves_the_time_after_it_to_the_next_pha
     clock.stop()
     clock.flush()
     _, compute, sync, _, _ = clock.rows[0]
-    assert compute < 0.05 <= sync
+    # bounds from the moments themselves, not a share of the sleep: a loaded machine may
+    # pause between any two lines
+    assert compute <= ready - before_mark and sync >= 0.05
 
 
 def test_flush_resolves_each_pending_step_once():

@@ -3,7 +3,7 @@
 ``parascale.train(config)`` runs one training job and returns its run record; it is imported
 lazily so that ``import parascale`` (and ``parascale --help``) stays fast.
 """
-from parascale.record import VERSION as __version__
+from parascale.record import VERSION as __version__  # noqa: F401 - the package's version
 
 
 def __getattr__(name: str):

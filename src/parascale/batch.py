@@ -55,15 +55,11 @@ def resolve_lr(lr: float, rule: str, global_batch: int, base_batch: int) -> floa
     return lr
 
 
-def learners(cfg: TrainConfig) -> int:
-    """Model replicas per device (``--sync sma``; 1 otherwise, and while ``auto`` is undecided)."""
-    return cfg.learners if cfg.sync == "sma" and isinstance(cfg.learners, int) else 1
-
-
-def derive(cfg: TrainConfig, world_size: int) -> Derived:
+def derive(cfg: TrainConfig, world_size: int, replicas: int = 1) -> Derived:
     """Per-device and effective batch, and the effective learning rate, for this world size.
-    Under ``--sync sma`` ``--batch-size`` is each learner's, and a device trains ``learners``
-    batches at once."""
+    ``replicas``: model replicas a device trains at once, each on its own ``--batch-size``
+    (the strategy's ``replicas_per_device``: SMA's learners), so a device takes that many
+    batches a step: ``sync.strategy_of(cfg).replicas_per_device(cfg)``."""
     micro = world_size * cfg.accumulate
     if cfg.global_batch is not None:
         reason = indivisible(cfg.global_batch, world_size, cfg.accumulate)
@@ -73,7 +69,7 @@ def derive(cfg: TrainConfig, world_size: int) -> Derived:
         per_device = cfg.global_batch // micro
         global_batch = cfg.global_batch
     else:
-        per_device = (cfg.batch_size or DEFAULT_BATCH) * learners(cfg)
+        per_device = (cfg.batch_size or DEFAULT_BATCH) * replicas
         global_batch = per_device * micro
     base = cfg.base_batch or per_device
     return Derived(world_size=world_size, per_device_batch=per_device, global_batch=global_batch,
@@ -105,11 +101,23 @@ class Plan:
                 "total_steps": self.total_steps, "train_samples": self.train_samples,
                 "test_samples": self.test_samples}
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the launcher hands its plan to the workers (``contract.PLAN``)."""
+        return dataclasses.asdict(self)
 
-def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int) -> Plan:
-    derived = derive(cfg, world_size)
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        return cls(**{**data, "derived": Derived(**data["derived"])})
+
+
+def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int, *,
+              replicas: int) -> Plan:
+    """The step arithmetic of a run (``replicas``: see :func:`derive`; required, so that no
+    caller plans without asking the strategy). Made once, by the launcher from the data it
+    checked, and handed to the workers."""
+    derived = derive(cfg, world_size, replicas=replicas)
     per_epoch = steps_per_epoch(n_train, derived.global_batch)
     total = cfg.steps if cfg.steps is not None else per_epoch * (cfg.epochs or 3)
     epochs = math.ceil(total / per_epoch) if per_epoch else 0
-    return Plan(derived, per_epoch, total, epochs, round(cfg.warmup_epochs * per_epoch),
-                n_train, n_test)
+    warmup = cfg.warmup_steps or round(cfg.warmup_epochs * per_epoch)
+    return Plan(derived, per_epoch, total, epochs, warmup, n_train, n_test)

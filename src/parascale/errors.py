@@ -29,3 +29,12 @@ class KnownFailure(RuntimeError):
     def __init__(self, message: str, secondary: bool = False):
         super().__init__(message)
         self.secondary = secondary
+
+
+class NoSpace(KnownFailure, UsageError):
+    """A file could not be written because its file system (or the user's quota) is full.
+
+    One line wherever it happens: a worker reports it as a known failure (no traceback, no
+    restart: the disk is as full after one), and the command ends with exit code 2, as for an
+    --out it cannot write, keeping the previous results (``parascale.files.no_space``).
+    """

@@ -47,7 +47,8 @@ RUN_RECORD: dict[str, Any] = {
     "time_to_accuracy": {"reached": (bool,), "target": _NUMBER, "elapsed_s": _NUMBER,
                          "epoch": _NUMBER},
     "summary": {"steady_throughput": _NUMBER, "steady_epoch_time_s": _NUMBER,
-                "final_test_accuracy": _NUMBER},
+                "final_test_accuracy": _NUMBER, "flops_per_step": _NUMBER, "mfu": _NUMBER},
+    "flops": {"peak_measured": (bool,)},
     "study": {"config_id": (str,), "scaling": (str,), "repeat": (int,), "baseline": (bool,),
               "params": {}},
 }

@@ -97,13 +97,13 @@ def probe_in_child(task: dict, folder, timeout_s: float = 600.0) -> Callable[[in
     from pathlib import Path
 
     from parascale.errors import KnownFailure
-    from parascale.runtime import processes
+    from parascale.runtime import contract, processes
     from parascale.runtime.env import available_cores
 
     def try_batch(batch: int) -> Probe:
         answer = Path(folder) / f"probe-{batch}.json"
         log = Path(folder) / f"probe-{batch}.log"
-        env = {**os.environ, "PARASCALE_PROBE": json.dumps(
+        env = {**os.environ, contract.PROBE: json.dumps(
             {**task, "batch": batch, "answer": str(answer)})}
         child = processes.start_module("parascale.batchfind.probe", env, log,
                                        available_cores(), "parascale-probe")

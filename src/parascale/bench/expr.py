@@ -117,10 +117,12 @@ def _format(template: object, *args: object) -> str:
         if "." in field or "[" in field:
             raise ValueError(f"format() field {{{field}}} uses attribute or index access, "
                              "which is not allowed; use {} or {0}")
-        if field and not field.isdigit():
-            raise ValueError(f"format() field {{{field}}} must be positional: {{}} or {{0}}")
+        if field and not (field.isascii() and field.isdigit()):
+            raise ValueError(f"format() field {{{field}}} must be positional in ASCII digits: {{}} or {{0}}")
         if spec and "{" in spec:
             raise ValueError(f"format() field spec {spec!r} has nested fields, not allowed")
+        if spec and not spec.isascii():  # format() reads '٣' as a width of 3
+            raise ValueError(f"format() field spec {spec!r} must be ASCII, e.g. '>8' or '.2f'")
         if spec and any(int(n) > MAX_SIZE for n in re.findall(r"\d+", spec)):
             raise ValueError(f"format() width or precision in {spec!r} is too large")
     # how long the text will be, before it is built: '{0}' * 2000 of a long string stops here
@@ -145,13 +147,23 @@ def _round(number: Any, ndigits: Any = None) -> Any:
     return round(number, ndigits)
 
 
+def _ascii(convert: Callable[..., Any]) -> Callable[..., Any]:
+    """int()/float() that read text in ASCII digits only: they also take '５' and '1_0'."""
+    def call(value: Any = 0, *rest: Any) -> Any:
+        if isinstance(value, str) and not (value.isascii() and "_" not in value):
+            raise ValueError(f"{convert.__name__}() reads ASCII digits only, got {value!r}")
+        return convert(value, *rest)
+    return call
+
+
 #: The only callables an expression can reach, by bare name. All are pure.
 FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "min": min, "max": max, "abs": abs, "round": _round, "int": int, "float": float,
+    "min": min, "max": max, "abs": abs, "round": _round, "int": _ascii(int),
+    "float": _ascii(float),
     "str": str, "len": len, "format": _format,
 }
 
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Not: operator.not_}
+_UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Not: operator.not_}
 _BINARY = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,

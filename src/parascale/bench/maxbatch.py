@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from parascale import sync
 from parascale.batch import derive
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
@@ -18,7 +19,8 @@ from parascale.errors import UsageError
 MAX = "max"
 STAND_IN = 1  # fits every data set: the batch-dependent checks wait for the real batch
 #: what decides a model's largest batch (the search's own inputs)
-SEARCH_FIELDS = ("model", "dataset", "data_dir", "image_size", "download")
+SEARCH_FIELDS = ("model", "dataset", "data_dir", "image_size", "download", "task", "seed",
+                 "val_fraction")
 
 
 def take(parameters: dict[str, Any] | None, options: dict[str, Any],
@@ -59,8 +61,9 @@ def resolve(jobs: list, dry_run: bool, search: Callable[[dict[str, Any]], int],
         if key not in found:
             found[key] = search({f: job.train[f] for f in (*SEARCH_FIELDS, "gpus")
                                  if f in job.train})
-            echo(f"batch_size max for {job.train.get('model', 'smallcnn')}: {found[key]} per "
-                 "device")
+            echo(f"batch_size max for {job.train.get('task') or job.train.get('model', 'smallcnn')}"
+                 f": {found[key]} per device")
         job.params["batch_size"] = job.train["batch_size"] = found[key]
-        derived = derive(TrainConfig.from_dict(job.train), job.world_size)
+        cfg = TrainConfig.from_dict(job.train)
+        derived = derive(cfg, job.world_size, sync.strategy_of(cfg).replicas_per_device(cfg))
         job.per_device_batch, job.global_batch = derived.per_device_batch, derived.global_batch

@@ -13,6 +13,9 @@ inside lists and dicts are interpreted too):
   (``true``/``false``/``null`` for booleans and None, JSON for lists)
 - ``"$( expr )$"`` or ``"= expr"``: computed with :mod:`parascale.bench.expr`, where
   ``${name}`` and bare ``name`` both refer to parameters
+
+Values from the command line are parsed in :mod:`.values`, study files read in
+:mod:`.studyfile`, and the --dry-run table aligned by :func:`parascale.columns.aligned`.
 """
 from __future__ import annotations
 
@@ -20,38 +23,26 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from parascale.batch import indivisible
-from parascale.bench import expr, safeyaml
+from parascale.bench import expr
 from parascale.bench.expr import REF_RE, ExprError, to_text
-from parascale.errors import UsageError
-from parascale import safejson
-from parascale.safejson import Refused, check_shape
+from parascale.bench.values import NAME_RE, PlanError
+from parascale.columns import aligned
+from parascale.digits import is_count
 
-__all__ = [
-    "PlanError", "PlannedRun", "build_plan", "parse_workers", "scaling_configs",
-    "parse_assignment", "parse_variable", "parse_value", "load_study_file", "format_plan_table",
-]
+__all__ = ["PlanError", "PlannedRun", "build_plan", "parse_workers", "scaling_configs",
+           "format_plan_table"]
 
-STUDY_KEYS = ("parameters", "variables", "extensions")
 EXTENSION_KEYS = ("condition", "parameters", "cases", "skip")
 MAX_REFERENCE_DEPTH = 100
 MAX_RUNS = 100_000  # configurations in one plan (a 10,000-configuration --dry-run takes seconds)
-_NAME_RE = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 _WHOLE_REF_RE = re.compile(REF_RE.pattern + r"\Z")
-_INT_RE = re.compile(r"[+-]?\d+\Z")
-_FLOAT_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?\Z")
-
-
-class PlanError(UsageError):
-    """A study cannot be planned: bad syntax, unknown name, reference cycle, bad extension."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +55,7 @@ class PlannedRun:
 
 
 def _check_name(name: object, what: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise PlanError(f"bad {what} name {name!r}: use letters, digits and '_', not starting "
                         "with a digit or '__' (so that expressions can refer to it)")
     return name
@@ -271,14 +262,14 @@ def parse_workers(spec: str, max_workers: int) -> list[int]:
         return [max_workers]
     if text == "pow2" or text.startswith("pow2:"):
         cap = text[5:].strip() if text != "pow2" else str(max_workers)
-        if not cap.isdigit() or int(cap) < 1:
+        if not is_count(cap) or int(cap) < 1:
             raise PlanError(f"bad workers {spec!r}: pow2:N needs a positive N; {forms}")
         if int(cap) > max_workers:
             raise too_many(int(cap))
         return [2 ** k for k in range(int(cap).bit_length())]
     counts: list[int] = []
     for item in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item)
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item, re.ASCII)
         low, high = (int(match[1]), int(match[2] or match[1])) if match else (0, 0)
         if not match or low < 1 or high < low:
             raise PlanError(f"bad workers {spec!r} (at {item.strip()!r}); {forms}")
@@ -321,159 +312,6 @@ def scaling_configs(mode: str, workers: Sequence[int], batch_size: int | None = 
             for n, reason in zip(workers, reasons)]
 
 
-def _cut(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value: int, float, true/false, null, JSON string/list/mapping, else text."""
-    s = text.strip()
-    try:
-        if _INT_RE.match(s):
-            return int(s)
-        if _FLOAT_RE.match(s):
-            return float(s)
-        if s.lower() in ("true", "false", "null"):
-            return {"true": True, "false": False, "null": None}[s.lower()]
-        if s[:1] in ('"', "[", "{"):  # DLBS habit: -P 'model="resnet50"'
-            return safejson.loads(s, max_depth=safeyaml.MAX_DEPTH)  # as deep as a study file
-    except ValueError as exc:  # safejson.Refused included
-        raise PlanError(f"bad value {_cut(text)!r}: {exc}") from None
-    return s
-
-
-def parse_assignment(text: str) -> tuple[str, Any]:
-    """``-P name=value`` into (name, parsed value)."""
-    name, sep, value = text.partition("=")
-    if not sep or not _NAME_RE.match(name.strip()):
-        raise PlanError(f"bad parameter {text!r}: expected name=value, e.g. batch_size=32")
-    try:
-        return name.strip(), parse_value(value)
-    except PlanError as exc:
-        raise PlanError(f"bad parameter {_cut(text)!r}: {exc}; expected name=value") from None
-
-
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas outside brackets and quotes, so '$(max(1,2))$' stays one value."""
-    items, depth, quote, start = [], 0, None, 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    return items + [text[start:]]
-
-
-def parse_variable(text: str) -> tuple[str, list[Any]]:
-    """``-V name=v1,v2,v3`` or ``-V name=[v1, v2]`` (JSON) into (name, values)."""
-    expected = "expected name=v1,v2,... or name=[v1, v2, ...]"
-    name, sep, rest = text.partition("=")
-    if not sep or not _NAME_RE.match(name.strip()):
-        raise PlanError(f"bad variable {text!r}: {expected}")
-    rest = rest.strip()
-    if rest.startswith("["):
-        try:
-            values = safejson.loads(rest, max_depth=safeyaml.MAX_DEPTH)
-        except Refused as exc:  # not JSON, or too deep
-            raise PlanError(f"bad variable {_cut(text)!r}: invalid JSON list ({exc}); "
-                            f"{expected}") from None
-    else:
-        items = _split_top_level(rest)
-        if any(not item.strip() for item in items):
-            raise PlanError(f"bad variable {text!r}: empty value; {expected}")
-        try:
-            values = [parse_value(item) for item in items]
-        except PlanError as exc:
-            raise PlanError(f"bad variable {text!r}: {exc}; {expected}") from None
-    if not isinstance(values, list) or not values:
-        raise PlanError(f"bad variable {text!r}: needs at least one value; {expected}")
-    return name.strip(), values
-
-
-def _parse_file(path: Path, text: str, what: str) -> Any:
-    if path.suffix.lower() == ".toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            raise PlanError(f"reading {path.name} needs Python 3.11+ (tomllib); use YAML") from None
-        try:
-            data = tomllib.loads(text)  # refuses duplicate keys itself
-        except tomllib.TOMLDecodeError as exc:
-            raise PlanError(f"cannot parse {what} {str(path)!r}: {exc}") from None
-        except RecursionError:
-            raise PlanError(f"{what} {str(path)!r}: nested more than {safeyaml.MAX_DEPTH} "
-                            "levels deep (the limit)") from None
-    else:  # YAML, and so JSON
-        import yaml
-
-        try:
-            data = safeyaml.load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or exc
-            raise PlanError(f"cannot parse {what} {str(path)!r}{where}: {problem}") from None
-        except Refused as exc:
-            raise PlanError(f"{what} {str(path)!r}: {exc}") from None
-    try:  # the planner walks values recursively: bound the nesting of TOML files too
-        check_shape(data, max_depth=safeyaml.MAX_DEPTH)
-    except Refused as exc:
-        raise PlanError(f"{what} {str(path)!r}: {exc}") from None
-    return data
-
-
-def read_file(path: str | os.PathLike[str], what: str = "study file",
-              suffixes: tuple[str, ...] = (".yaml", ".yml", ".toml")) -> Any:
-    """A YAML or TOML file (``what`` names it in messages), size- and depth-bounded."""
-    file = Path(path)
-    if file.suffix.lower() not in suffixes:
-        raise PlanError(f"{what} {str(file)!r} must end in {', '.join(suffixes[:-1])} or "
-                        f"{suffixes[-1]}")
-    if file.exists() and not file.is_file():  # a folder, or a FIFO that would block the read
-        raise PlanError(f"{what} {str(file)!r} is not a regular file")
-    try:
-        with open(file, "rb") as handle:
-            raw = handle.read(safeyaml.MAX_BYTES + 1)  # never more, whatever the file is
-        if len(raw) > safeyaml.MAX_BYTES:
-            raise PlanError(f"{what} {str(file)!r} is larger than {safeyaml.MAX_BYTES:,} "
-                            "bytes (the limit)")
-        text = raw.decode("utf-8")
-    except FileNotFoundError:
-        raise PlanError(f"{what} {str(file)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"cannot read {what} {str(file)!r}: {exc}") from None
-    return _parse_file(file, text, what)
-
-
-def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a YAML or TOML study file into {"parameters", "variables", "extensions"}."""
-    file = Path(path)
-    data = read_file(file)
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise PlanError(f"study file {str(file)!r} must be a mapping with keys "
-                        f"{', '.join(STUDY_KEYS)}")
-    unknown = sorted(map(str, set(data) - set(STUDY_KEYS)))
-    if unknown:
-        raise PlanError(f"study file {str(file)!r} has unknown key(s) {', '.join(unknown)}; "
-                        f"accepted: {', '.join(STUDY_KEYS)}")
-    study = {"parameters": data.get("parameters") or {}, "variables": data.get("variables") or {},
-             "extensions": data.get("extensions") or []}
-    for key, kind in (("parameters", dict), ("variables", dict), ("extensions", list)):
-        if not isinstance(study[key], kind):
-            raise PlanError(f"study file {str(file)!r}: {key} must be a "
-                            f"{'mapping' if kind is dict else 'list'}")
-    return study
-
-
 def format_plan_table(runs: Sequence[PlannedRun]) -> str:
     """A plain-text table for --dry-run: config id, the parameters that vary, and the status."""
     if not runs:
@@ -492,9 +330,6 @@ def format_plan_table(runs: Sequence[PlannedRun]) -> str:
     rows += [[run.config_id, *(cell(run, n) for n in varying),
               "planned" if run.skip_reason is None else f"skipped: {run.skip_reason}"]
              for run in runs]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    rows.insert(1, ["-" * max(len(row[i]) for row in rows) for i in range(len(rows[0]))])
     skipped = sum(run.skip_reason is not None for run in runs)
-    lines.append(f"{len(runs)} runs: {len(runs) - skipped} planned, {skipped} skipped")
-    return "\n".join(lines)
+    return aligned(rows) + f"\n{len(runs)} runs: {len(runs) - skipped} planned, {skipped} skipped"

@@ -41,6 +41,7 @@ from parascale.bench.study import Job
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
+from parascale.run_summary import judged
 from parascale.runtime.staging import replace_set
 from parascale.safejson import Refused, read_plan
 
@@ -357,9 +358,11 @@ class StudyRunner:
         machine = record.get("machine") or {}
         busy = (f"; busy machine: {machine.get('other_cores', 0):.2f} other cores"
                 if machine.get("busy") is True else "")
+        task = record.get("task") if isinstance(record.get("task"), dict) else {}
+        rate = (summary.get("steady_throughput") or 0) * (task.get("units_per_sample") or 1)
         return (f"ok in {seconds:.1f} s: steady epoch {summary.get('steady_epoch_time_s', 0):.3f} s, "
-                f"{summary.get('steady_throughput', 0):,.0f} samples/s, test accuracy "
-                f"{summary.get('final_test_accuracy') or 0:.1%}{busy}")
+                f"{rate:,.0f} {task.get('unit') or 'samples'}/s{judged(record)}{busy}")
+
 
 
 def planned_jobs(study: Path) -> list[Job]:

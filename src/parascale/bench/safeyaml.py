@@ -7,7 +7,7 @@ So the document is composed into its node graph first (aliases are still shared 
 (:func:`vet`: duplicate keys, aliases inside their own anchor, nesting depth, and the size with
 every alias expanded, counted once per node), and only then constructed. Problems raise
 :class:`parascale.safejson.Refused` with one line saying what and where; the study-file limits
-below apply to TOML files too (see :func:`parascale.bench.plan.load_study_file`).
+below apply to TOML files too (see :func:`parascale.bench.studyfile.load_study_file`).
 """
 from __future__ import annotations
 

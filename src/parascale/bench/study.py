@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,9 @@ from parascale.batch import derive, indivisible
 from parascale.bench import expr
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
-from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds, validate
+from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds
+from parascale.digits import INT_RE
+from parascale.validation import validate
 from parascale.runtime.env import available_cores, cores_per_worker
 from parascale.errors import UsageError
 
@@ -39,7 +42,8 @@ BATCH_FIELDS = frozenset({"batch_size", "global_batch"})
 MEMORY_NEUTRAL = frozenset({
     "out", "save_model", "port", "timeout", "seed", "epochs", "steps", "lr", "lr_scaling",
     "base_batch", "warmup_epochs", "lr_schedule", "lr_milestones", "lr_gamma", "weight_decay",
-    "target_accuracy", "stop_at_target", "eval_every", "download"})
+    "target_accuracy", "target_metric", "target_value", "stop_at_target", "eval_every",
+    "download", "warmup_steps", "lr_min", "peak_tflops"})
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 
 
@@ -74,7 +78,8 @@ class Job:
 
 
 #: how many workers a study planned for other machines (a Slurm allocation) may ask for
-_ELSEWHERE = contextvars.ContextVar("parascale_workers_elsewhere", default=None)
+_ELSEWHERE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "parascale_workers_elsewhere", default=None)
 
 
 @contextlib.contextmanager
@@ -189,11 +194,9 @@ def _coerce(name: str, value: Any) -> Any:
     """Friendly conversions for values computed or typed in a study: 16.0 -> 16, '0,1' -> [0, 1]."""
     kind, _ = field_kinds()[name]
     if name in TUPLE_FIELDS:
-        if isinstance(value, str):
-            try:
-                return [int(v) for v in value.split(",") if v.strip()]
-            except ValueError:
-                return value
+        if isinstance(value, str):  # ASCII digits only: int() also reads '５'
+            items = [v.strip() for v in value.split(",") if v.strip()]
+            return [int(v) for v in items] if all(INT_RE.fullmatch(v) for v in items) else value
         if isinstance(value, int) and not isinstance(value, bool):
             return [value]
     elif kind is int and isinstance(value, float) and value.is_integer():
@@ -244,14 +247,35 @@ class _Checker:
     def __init__(self) -> None:
         self.seen: dict[str, dict[str, Any]] = {}
         self.memo: dict[str, Any] = {}
+        self.warned: set[str] = set()
 
     def __call__(self, cfg: TrainConfig, size: int) -> dict[str, Any]:
-        from parascale.training import preflight
+        """``cfg`` (which ``_job`` validated) through the trainer's checks, once."""
+        from parascale.training.preflight import plan_checked
 
         key = json.dumps([cfg.to_dict(), size], sort_keys=True, default=str)
         if key not in self.seen:
-            self.seen[key] = preflight(cfg, size, self.memo)
+            self.seen[key] = {} if self._elsewhere(cfg) else \
+                plan_checked(cfg, size, self.memo).record_section()
         return self.seen[key]
+
+    def _elsewhere(self, cfg: TrainConfig) -> bool:
+        """For a study planned for a cluster (``slurm bench``): a --data-dir this machine does
+        not have may be one only the compute nodes mount. Like ``slurm train``, say so once and
+        leave the data (and the batch's fit to it) to the job, which checks them there; the
+        model and the strategy are still checked here."""
+        from parascale import data, models
+
+        if _ELSEWHERE.get() is None or not data.elsewhere(cfg):
+            return False
+        models.check(cfg.model)
+        sync.check(cfg.sync)
+        if cfg.data_dir not in self.warned:
+            self.warned.add(cfg.data_dir)
+            print(f"parascale: warning: --data-dir {cfg.data_dir} is not on this machine; the "
+                  "jobs read it on the nodes (and say so if it is missing there too)",
+                  file=sys.stderr, flush=True)
+        return True
 
 
 def _memory_key(cfg: TrainConfig, size: int) -> str:
@@ -306,7 +330,7 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
     if skip is None and scaling == "strong":  # a point of the plan, skipped with the reason
         skip = indivisible(cfg.global_batch, size, cfg.accumulate)
     if skip is None:
-        derived = derive(cfg, size)
+        derived = derive(cfg, size, sync.strategy_of(cfg).replicas_per_device(cfg))
         per_device, global_batch = derived.per_device_batch, derived.global_batch
     if skip is None:
         check(cfg, size)

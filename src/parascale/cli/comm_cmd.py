@@ -5,6 +5,7 @@ import argparse
 import datetime
 
 from parascale.comm import DEFAULT_SIZES, OPS, CommConfig, format_size, parse_size
+from parascale.digits import ascii_float, ascii_int, int_list
 
 DESCRIPTION = """\
 Time allreduce, broadcast, reduce and all-gather of float32 messages on N workers (gloo on CPU
@@ -25,10 +26,7 @@ examples:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return int_list(text, "integers")
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -41,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = CommConfig()
-    parser.add_argument("--workers", type=int, metavar="N",
+    parser.add_argument("--workers", type=ascii_int, metavar="N",
                         help="CPU worker processes (default: one per core)")
     parser.add_argument("--gpus", type=_int_list, metavar="0,1,...",
                         help="CUDA device indices, one worker each")
@@ -51,18 +49,18 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                              " in x4 steps")
     parser.add_argument("--ops", type=_words, metavar="OP,...", default=defaults.ops,
                         help=f"collectives to time (default: {','.join(OPS)})")
-    parser.add_argument("--warmup", type=int, default=defaults.warmup,
+    parser.add_argument("--warmup", type=ascii_int, default=defaults.warmup,
                         help=f"untimed iterations first (default: {defaults.warmup})")
-    parser.add_argument("--iters", type=int, default=defaults.iters,
+    parser.add_argument("--iters", type=ascii_int, default=defaults.iters,
                         help=f"most timed iterations per point (default: {defaults.iters})")
-    parser.add_argument("--min-iters", type=int, default=defaults.min_iters,
+    parser.add_argument("--min-iters", type=ascii_int, default=defaults.min_iters,
                         help="fewest timed iterations per point; between the two, as many "
                              f"as fit {defaults.seconds_per_point:g} s "
                              f"(default: {defaults.min_iters})")
-    parser.add_argument("--timeout", type=float, default=defaults.timeout,
+    parser.add_argument("--timeout", type=ascii_float, default=defaults.timeout,
                         help=f"seconds before a stuck collective fails the job "
                              f"(default: {defaults.timeout:g})")
-    parser.add_argument("--port", type=int, help="port of the local rendezvous store")
+    parser.add_argument("--port", type=ascii_int, help="port of the local rendezvous store")
     parser.add_argument("--oversubscribe", action="store_true",
                         help="run more than 4 workers per core (otherwise refused)")
     parser.add_argument("--out", metavar="DIR", help="folder for comm.json "

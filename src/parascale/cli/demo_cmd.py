@@ -50,7 +50,7 @@ The demo is an ordinary 'parascale bench' study folder (studies/demo, or studies
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from parascale.cli.bench_cmd import add_quiet_option
+    from parascale.cli.parsers import add_quiet_option
 
     parser = subparsers.add_parser(
         "demo", help="run a built-in weak and strong scaling study on this machine (about 2 "
@@ -98,7 +98,7 @@ def demo_jobs(quick: bool = False) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from parascale.cli.bench_cmd import check_quiet, echo, execute, typed_command
+    from parascale.bench.session import check_quiet, echo, execute, typed_command
     from parascale.runtime.env import available_cores
 
     from parascale.files import check_writable_folder

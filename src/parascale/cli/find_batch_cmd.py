@@ -3,24 +3,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
-import tempfile
 
+from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
+from parascale.digits import INT_RE, ascii_float, ascii_int
 from parascale.errors import UsageError
 
 DESCRIPTION = """\
-Find the largest per-device batch of a model and data set that fits in memory: the batch doubles
-until a probe fails, then the search bisects between the last that fitted and the first that did
-not. Every probe runs two real training steps (forward, backward, SGD with momentum) in a process
-of its own, which is then gone. On a GPU (--gpus) a probe fails with CUDA's out-of-memory error;
-on the CPU, when its peak resident memory is over the budget (--memory-limit; default half the
-memory free now), and a probe whose peak, extrapolated from the smaller ones, would be over the
-budget is not started at all. Prints the largest batch, its peak memory, and the global batch and
+Find the largest per-device batch of a model and data set, or of a --task (its own model, data,
+collate and loss), that fits in memory: the batch doubles until a probe fails, then the search
+bisects between the last that fitted and the first that did not. Every probe runs two real
+training steps (forward, backward, SGD with momentum or the task's optimizer) in a process of its
+own, which is then gone. On a GPU (--gpus) a probe fails with CUDA's out-of-memory error; on the
+CPU, when its peak resident memory is over the budget (--memory-limit; default half the memory
+free now), and a probe whose peak, extrapolated from the smaller ones, would be over the budget
+is not started at all. Prints the largest batch, its peak memory, and the global batch and
 learning rate it gives on 1, 2, 4, ... devices.
 """
-SHARE_OF_FREE = 0.5  # the CPU budget without --memory-limit: of the memory available now
+MAX_DEVICES = 10 ** 7
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", re.IGNORECASE)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", re.IGNORECASE | re.ASCII)
 
 
 def parse_memory(text: str) -> int:
@@ -35,16 +38,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "find-batch", help="find the largest per-device batch that fits in memory",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, metavar="NAME")
+    parser.add_argument("--model", metavar="NAME", help="a model of the registry (or --task)")
+    parser.add_argument("--task", metavar="MODULE:FUNCTION",
+                        help="a user's task (docs/tasks.md): each probe builds its model and "
+                        "runs its loss on the first items of its own training data, collated "
+                        "as in training, with its optimizer (else SGD with momentum)")
     parser.add_argument("--dataset", default="digits", metavar="NAME")
     parser.add_argument("--data-dir", metavar="DIR")
-    parser.add_argument("--image-size", type=int, metavar="S")
-    parser.add_argument("--gpus", type=int, metavar="ID", help="search on this CUDA device")
+    parser.add_argument("--image-size", type=ascii_int, metavar="S")
+    parser.add_argument("--gpus", type=ascii_int, metavar="ID", help="search on this CUDA device")
     parser.add_argument("--memory-limit", type=parse_memory, metavar="SIZE",
                         help="the CPU budget, e.g. 4GB (default: half the memory free now)")
-    parser.add_argument("--max-batch", type=int, default=1 << 16, metavar="B",
+    parser.add_argument("--max-batch", type=ascii_int, default=1 << 16, metavar="B",
                         help="stop there (default 65536; at most the training set)")
-    parser.add_argument("--lr", type=float, default=0.05,
+    parser.add_argument("--lr", type=ascii_float, default=0.05,
                         help="the learning rate at the found batch, for the table (default 0.05)")
     parser.add_argument("--lr-scaling", choices=("linear", "sqrt", "none"), default="linear",
                         help="how the table scales the rate with the global batch")
@@ -60,37 +67,49 @@ def run(args: argparse.Namespace) -> int:
 
     from parascale import data, models
     from parascale.batch import resolve_lr
-    from parascale.config import TrainConfig, validate
-    from parascale.files import atomic_write_text, check_writable_folder
+    from parascale.config import TrainConfig
+    from parascale.validation import validate
+    from parascale.files import atomic_write_text
 
-    cfg = TrainConfig(model=args.model, dataset=args.dataset, data_dir=args.data_dir,
-                      image_size=args.image_size)
+    # the learning rate and the GPU go through training's own checks: the same words as train
+    if (args.model is None) == (args.task is None):
+        raise UsageError("find-batch: give --model NAME (a model of the registry) or --task "
+                         "package.module:function, one of them")
+    cfg = TrainConfig(model=args.model or "smallcnn", dataset=args.dataset,
+                      data_dir=args.data_dir, task=args.task,
+                      image_size=args.image_size, lr=args.lr, lr_scaling=args.lr_scaling,
+                      gpus=None if args.gpus is None else (args.gpus,))
     validate(cfg)
-    models.check(cfg.model)
-    data.check(cfg)
+    if cfg.task is None:  # a task is loaded and tried once before the search (largest)
+        models.check(cfg.model)
+        data.check(cfg)
     if args.max_batch < 1:
         raise UsageError(f"--max-batch must be a positive integer, got {args.max_batch}")
-    try:
-        devices = [int(n) for n in args.devices.split(",")]
-    except ValueError:
-        raise UsageError(f"--devices: expected counts such as 1,2,4, got {args.devices!r}")
+    devices = _devices(args.devices)
     if args.gpus is not None and args.memory_limit is not None:
         raise UsageError("--memory-limit is the CPU's budget; on a GPU the device's memory is "
                          "the limit: leave one out")
-    if args.out:
-        from pathlib import Path
+    # the table's rate on the most devices: --lr 1e308 would print inf after the whole search
+    if not math.isfinite(resolve_lr(args.lr, args.lr_scaling, max(devices), 1)):
+        raise UsageError(f"--lr {args.lr:g} scaled {args.lr_scaling} to {max(devices)} devices "
+                         "is beyond a float; give a learning rate such as 0.05")
+    if args.gpus is not None:
+        from parascale.runtime import resolve_device_type
 
-        check_writable_folder(Path(args.out).parent)
+        resolve_device_type(cfg.device, cfg.gpus, "leave out --gpus to search on the CPU "
+                            "(--memory-limit sets its budget)")
+    if args.out:
+        _check_out(args.out)
     budget = None if args.gpus is not None else \
         args.memory_limit or int(SHARE_OF_FREE * psutil.virtual_memory().available)
     found, device, limit = largest(cfg, args.gpus, budget, args.max_batch,
                                    "" if args.memory_limit else " (half the memory free now)")
     best = found.best
     if best is None:
-        print("not even a batch of 1 fits" + (f" in {_gib(budget)}" if budget else ""))
+        print("not even a batch of 1 fits" + (f" in {gib(budget)}" if budget else ""))
         return 1
     capped = " (the limit: every batch up to it fits)" if best.batch == limit else ""
-    print(f"largest per-device batch: {best.batch}{capped}, peak {_gib(best.peak_bytes)}; "
+    print(f"largest per-device batch: {best.batch}{capped}, peak {gib(best.peak_bytes)}; "
           f"{sum(p.ran for p in found.probes)} probes run")
     print(f"  devices  global batch  learning rate ({args.lr_scaling} from {args.lr:g} at "
           f"batch {best.batch})")
@@ -100,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         table.append({"devices": n, "global_batch": n * best.batch, "lr": lr})
         print(f"  {n:>7}  {n * best.batch:>12}  {lr:g}")
     if args.out:
-        result = {"model": cfg.model, "dataset": cfg.dataset, "device": device,
+        what = {"task": cfg.task} if cfg.task else {"model": cfg.model, "dataset": cfg.dataset}
+        result = {**what, "device": device,
                   "budget_bytes": budget, "batch": best.batch, "peak_bytes": best.peak_bytes,
                   "limit": limit, "probes": [p.__dict__ for p in found.probes], "table": table}
         from pathlib import Path
@@ -109,35 +129,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def largest(cfg, gpu: int | None, budget: int | None, max_batch: int, why: str = ""):
-    """Search ``cfg``'s model and data (already checked) on GPU ``gpu`` or on the CPU within
-    ``budget``, printing each probe; (the search, the device, the limit)."""
-    from parascale import batchfind, data
-
-    facts = data.prepare(cfg)
-    device = "cpu" if gpu is None else f"cuda:{gpu}"
-    where = f"GPU {gpu}" if gpu is not None else f"CPU, budget {_gib(budget)}{why}"
-    shape = "x".join(map(str, facts["input_shape"]))
-    print(f"parascale find-batch: {cfg.model} on {cfg.dataset} ({shape}), {where}", flush=True)
-    limit = min(max_batch, facts["train"])
-    task = {"model": cfg.model, "num_classes": facts["num_classes"],
-            "input_shape": list(facts["input_shape"]), "device": device, "budget": budget}
-    with tempfile.TemporaryDirectory(prefix="parascale-probe-") as folder:
-        found = batchfind.search(batchfind.probe_in_child(task, folder), budget, limit=limit,
-                                 report=_show)
-    return found, device, limit
+def _devices(text: str) -> list[int]:
+    devices = [int(n) for n in text.split(",")] \
+        if all(INT_RE.fullmatch(n.strip()) for n in text.split(",")) else []
+    if not devices or any(not 1 <= n <= MAX_DEVICES for n in devices):
+        raise UsageError(f"--devices: expected device counts from 1 to {MAX_DEVICES:,} such as "
+                         f"1,2,4, got {text!r}")
+    return devices
 
 
-def _show(probe) -> None:
-    if not probe.ran:
-        print(f"  batch {probe.batch:>6}: {probe.reason}", flush=True)
-        return
-    peak = f", peak {_gib(probe.peak_bytes)}" if probe.peak_bytes else ""
-    over = " (over the budget)" if "over the budget" in probe.reason else \
-        f" ({probe.reason})" if probe.reason else ""
-    print(f"  batch {probe.batch:>6}: {'fits' if probe.fits else 'does not fit'}{peak}{over}",
-          flush=True)
+def _check_out(out: str) -> None:
+    """Before the search, not after it: --out names a file, in a folder that can take it."""
+    from pathlib import Path
 
+    from parascale.files import check_writable_folder
 
-def _gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / (1 << 30):.2f} GiB"
+    if Path(out).is_dir():
+        raise UsageError(f"--out {out} is a folder; give a file name such as "
+                         f"{Path(out) / 'find-batch.json'}")
+    check_writable_folder(Path(out).parent, "--out")

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
+from parascale.digits import ascii_float, ascii_int
 from parascale.errors import UsageError
 
 DESCRIPTION = """\
@@ -23,7 +25,8 @@ interrupted search (trials it left running are queued again; none that finished 
 with a larger --trials to extend it.
 
 Writes OUT/trials/NNNN/ (each trial's record.json and log.txt; model.pt of the best only),
-OUT/trials.csv, OUT/best.json and OUT/plots/.
+OUT/trials.csv, OUT/best.json and OUT/plots/. One --out holds one study (OUT/hpo-study.json
+names it): another study needs another --out.
 """
 
 EXAMPLES = """\
@@ -48,7 +51,7 @@ NOT_TRAIN_OPTIONS = {"out", "workers", "port", "evaluate_test", "stop_at_target"
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from parascale.cli.options import add_train_options
-    from parascale.hpo.judge import PRUNERS
+    from parascale.training.pruning import PRUNERS
 
     parser = subparsers.add_parser(
         "hpo", help="search hyperparameters with Optuna, several trials at once",
@@ -62,18 +65,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        "repeat for each")
     group.add_argument("--space", metavar="FILE", help="searched options from a YAML/JSON/TOML "
                        "file (see the example below)")
-    group.add_argument("--trials", type=int, default=20, metavar="N",
+    group.add_argument("--trials", type=ascii_int, default=20, metavar="N",
                        help="finished trials the study should have (default 20)")
-    group.add_argument("--devices-per-trial", type=int, default=1, metavar="K",
+    group.add_argument("--devices-per-trial", type=ascii_int, default=1, metavar="K",
                        help="devices (cores or GPUs) each trial trains on (default 1)")
-    group.add_argument("--objective", choices=("accuracy", "tta"), default="accuracy",
-                       help="maximise the best validation accuracy, or minimise the time to "
-                       "--target validation accuracy (default accuracy)")
-    group.add_argument("--target", type=float, metavar="T",
+    group.add_argument("--objective", default="accuracy", metavar="NAME",
+                       help="accuracy: maximise the best validation accuracy; tta: minimise "
+                       "the time to --target validation accuracy; or any metric of the task "
+                       "(loss, or a --task's own), best validation value in its direction "
+                       "(default accuracy)")
+    group.add_argument("--target", type=ascii_float, metavar="T",
                        help="the validation accuracy of --objective tta, e.g. 0.95")
     group.add_argument("--pruner", choices=PRUNERS, default="median",
                        help="stop trials that fall behind after an epoch (default median)")
-    group.add_argument("--val-fraction", type=float, default=0.2, metavar="F",
+    group.add_argument("--val-fraction", type=ascii_float, default=0.2, metavar="F",
                        help="of the training set, held out to judge trials (default 0.2)")
     group.add_argument("--storage", metavar="URL",
                        help="Optuna storage (default sqlite:///OUT/hpo.db)")
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from parascale.cli.options import config_from_args
     from parascale.config import TrainConfig
     from parascale.files import check_writable_folder
+    from parascale import studydb as storage
     from parascale.hpo import plots, results, search, space, study
     from parascale.hpo.slots import make_slots
     from parascale.training import preflight
@@ -103,46 +109,78 @@ def run(args: argparse.Namespace) -> int:
                          "(e.g. --target 0.95)")
     if args.target is not None and not 0 < args.target <= 1:
         raise UsageError(f"--target is a fraction in (0, 1], got {args.target}")
-    if args.objective == "accuracy" and args.target is not None:
+    if args.objective != "tta" and args.target is not None:
         raise UsageError("--target belongs to --objective tta; leave it out")
     fixed.update({"val_fraction": args.val_fraction, "evaluate_test": False})
+    from parascale.hpo import objective as objectives
+    from parascale.tasks import directions
+
+    maximize = objectives.resolve(args.objective, directions(TrainConfig.from_dict(fixed)))
     if args.target is not None:
         fixed.update({"target_accuracy": args.target, "stop_at_target": True})
     slots = make_slots(args.devices_per_trial, getattr(args, "gpus", None))
+    if slots[0].gpus:  # in hpo's own words: it has no --workers
+        from parascale.runtime import resolve_device_type
+
+        resolve_device_type("cuda", slots[0].gpus, "leave out --gpus to run the trials on CPU "
+                            "cores (--devices-per-trial each)")
     out = Path(args.out).resolve()
     check_writable_folder(out)
+    fixed["out"] = str(out)  # the folder, however it was typed (hpo/a/, ./hpo/a)
+    url = storage.normal(args.storage) if args.storage else f"sqlite:///{out / 'hpo.db'}"
     where = {"gpus": list(slots[0].gpus)} if slots[0].gpus else \
         {"workers": args.devices_per_trial}
     memo: dict = {}  # each data set built once, each model probed once per input shape
     space.check(params, fixed, lambda cfg: preflight(TrainConfig.from_dict({**cfg, **where}),
                                                      args.devices_per_trial, memo))
-    url = args.storage or f"sqlite:///{out / 'hpo.db'}"
-    if not args.storage:  # the default database lives in --out
-        out.mkdir(parents=True, exist_ok=True)
-    the_study = study.open_study(url, args.study_name,  # a bad --storage: nothing written
-                                 study.identity(args.objective, args.target, params, fixed),
-                                 fixed.get("seed", 0), args.pruner)
-    out.mkdir(parents=True, exist_ok=True)
-    again = study.recover(the_study)
-    where = ", ".join(s.label() for s in slots)
-    print(f"parascale hpo: study {args.study_name!r} in {url}; {len(slots)} trial(s) at once "
-          f"({where})", flush=True)
+    the_study = _open(out, url, args, study.identity(args.objective, args.target, params, fixed,
+                                                     maximize), fixed.get("seed", 0))
+    again = study.recover(the_study, url, lambda trial: search.draw(params, fixed, trial))
+    labels = ", ".join(s.label() for s in slots)
+    print(f"parascale hpo: study {args.study_name!r} in {storage.masked(url)}; {len(slots)} "
+          f"trial(s) at once ({labels})", flush=True)
     for param in params:
         print(f"  {param.describe()}", flush=True)
     if again:
         print(f"  trial(s) {', '.join(map(str, again))} were left running by a search that "
               "ended: queued again", flush=True)
     found = search.Search(the_study, url, args.study_name, params, fixed, args.objective,
-                          args.target, args.pruner, out, args.trials)
+                          args.target, args.pruner, out, args.trials, maximize)
     search.run(found, slots)
     table = results.rows(found)
     print(results.format_table(table, found))
     best = results.test_best(found)
     print("\n".join(results.best_lines(best, found)))
-    results.write_csv(table, out / "trials.csv")
-    results.write_best(best, out / "best.json")
-    plots.write(table, args.objective, out / "plots")
-    print(f"table: {out / 'trials.csv'}; best: {out / 'best.json'}; plots: {out / 'plots'}",
-          flush=True)
+    written = [f"table: {results.write_csv(table, out / 'trials.csv')}"]
+    if best is not None:
+        written.append(f"best: {results.write_best(best, out / 'best.json')}")
+    if plots.write(table, args.objective, out / "plots", maximize):
+        written.append(f"plots: {out / 'plots'}")
+    print("; ".join(written), flush=True)
     sys.stdout.flush()
     return 0
+
+
+def _open(out: Path, url: str, args: argparse.Namespace, identity: dict, seed: int):
+    """The study, with ``out`` claimed for it; on a refusal a folder made here is removed."""
+    from parascale import studydb as storage
+    from parascale.hpo import study
+
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # one lock over the claim of --out and the creation of the study: two commands started
+        # at once on a new folder cannot both find it unclaimed, or both create the tables
+        with storage.locked(out, storage.folder_of(url)):
+            unclaimed = study.check_claim(out, url, args.study_name)
+            found = study.open_study(url, args.study_name, identity, seed, args.pruner,
+                                     "another --out" + (" and --study-name" if args.storage
+                                                        else ""))
+            if unclaimed:
+                study.claim(out, url, args.study_name, found)
+        return found
+    except UsageError:
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if empty: a concurrent command's results stay
+        raise

@@ -24,7 +24,7 @@ SUBCOMMANDS = {
     "train": "parascale.cli.train_cmd",
     "bench": "parascale.cli.bench_cmd",
     "demo": "parascale.cli.demo_cmd",
-    "report": "parascale.report.command",
+    "report": "parascale.cli.report_cmd",
     "comm": "parascale.cli.comm_cmd",
     "find-batch": "parascale.cli.find_batch_cmd",
     "hpo": "parascale.cli.hpo_cmd",
@@ -98,7 +98,10 @@ def _main(argv: list[str]) -> int:
             return 2
         return int(args.func(args) or 0)
     except UsageError as exc:
-        print(f"parascale: error: {exc}", file=sys.stderr)
+        from parascale.runtime.env import speaks
+
+        if speaks():  # under torchrun/srun, rank 0 says it for all: every rank found the same
+            print(f"parascale: error: {exc}", file=sys.stderr)
         return 2
     except (WorkerFailure, KnownFailure) as exc:  # KnownFailure: a rank under torchrun/srun
         print(f"parascale: failed: {exc}", file=sys.stderr)

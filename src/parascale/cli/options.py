@@ -2,8 +2,9 @@
 
 Each field becomes ``--field-name`` with the docstring under the field as its help; types come
 from the annotations. The strategies' options take help and choices from their declarations
-(``sync.options()``), and ``--sync-option``'s help lists the options that have no field. Only options the user typed reach the namespace (``SUPPRESS`` defaults),
-which lets ``bench`` tell a fixed parameter from a default.
+(``sync.options()``), and ``--sync-option``'s help lists the options that have no field. Only
+options the user typed reach the namespace (``SUPPRESS`` defaults), which lets ``bench`` tell a
+fixed parameter from a default.
 """
 from __future__ import annotations
 
@@ -17,23 +18,24 @@ from typing import Any
 
 from parascale import config as config_module
 from parascale import sync
-from parascale.bench.plan import parse_value
+from parascale.bench.values import parse_value
 from parascale.config import TrainConfig, field_kinds
+from parascale.digits import INT_RE, ascii_type, int_list
 
 # help sections: the first field of each
 SECTIONS = {
-    "model": "what to train", "workers": "where to train", "batch_size": "batch and length",
+    "task": "what to train", "workers": "where to train", "batch_size": "batch and length",
     "lr": "optimisation", "precision": "speed", "sync": "synchronisation",
     "target_accuracy": "measurement", "port": "robustness", "out": "output",
 }
 CHOICES = {
     "lr_scaling": config_module.LR_SCALINGS, "lr_schedule": config_module.LR_SCHEDULES,
     "precision": config_module.PRECISIONS, "backend": config_module.BACKENDS,
-    "device": config_module.DEVICES,
+    "device": config_module.DEVICES, "optimizer": config_module.OPTIMIZERS,
 }
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
             "out": "DIR", "data_dir": "DIR", "workers": "N", "model": "NAME", "dataset": "NAME",
-            "sync": "NAME", "learners": "M|auto"}
+            "sync": "NAME", "learners": "M|auto", "task": "MODULE:FUNCTION"}
 
 
 @functools.cache
@@ -43,9 +45,10 @@ def field_docs() -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs = {}
     for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) \
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
-            docs[node.target.id] = " ".join(after.value.value.split())  # type: ignore[attr-defined]
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+                and isinstance(after.value.value, str):
+            docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 
@@ -54,19 +57,24 @@ def flag(name: str) -> str:
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    values = int_list(text, "integers")
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
     return values
 
 
 def _count_or_word(text: str) -> int | str:
-    """An integer when the text is one (``--learners 4``), else the word (``--learners auto``)."""
+    """An integer when the text is one (``--learners 4``), else the word (``--learners auto``).
+
+    Digits other than ASCII ('４') are refused here: as a word they would reach the option's
+    check as 'not auto', as int() they would be read as a count no one typed."""
     text = text.strip()
-    return int(text) if text.lstrip("+-").isdigit() else text
+    if INT_RE.fullmatch(text):
+        return int(text)
+    if any(c.isdigit() for c in text) and not text.isascii():
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits (0-9) or a "
+                                         f"word, got {text!r}")
+    return text
 
 
 def _key_value(text: str) -> tuple[str, Any]:
@@ -93,7 +101,7 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
             continue
         kind, _ = field_kinds()[field.name]
         default = field.default if field.default is not dataclasses.MISSING else \
-            field.default_factory()  # type: ignore[misc]
+            field.default_factory()  # type: ignore[misc, operator]
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         text = docs.get(field.name, "").replace("%", "%%")  # argparse formats help with %
         if default not in (None, (), {}, False):
@@ -111,7 +119,8 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
             group.add_argument("--sync-option", type=_key_value, action="append",
                                metavar="KEY=VALUE", **common)
         else:
-            group.add_argument(flag(field.name), type=kind, choices=choices.get(field.name),
+            group.add_argument(flag(field.name), type=ascii_type(kind),
+                               choices=choices.get(field.name),
                                metavar=METAVARS.get(field.name, None if field.name in choices
                                                     else kind.__name__.upper()), **common)
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from parascale.digits import ascii_float, ascii_int, int_list
+
 DESCRIPTION = """\
 Predict how a data-parallel run scales to N = 1 ... thousands of devices, from run records you
 already have (a study folder, a train --out folder or a record.json) and an interconnect: its
@@ -13,7 +15,9 @@ Per N, under weak (per-device batch fixed) and strong (global batch fixed) scali
 time split into compute, waiting for the slowest device and exposed communication, with
 throughput, speedup and efficiency. The inputs are printed first, each marked measured, fitted,
 counted, given or assumed; where the study measured a worker count, its efficiency is shown
-beside the prediction. Formulas and assumptions: docs/predict.md. Starts no process.
+beside the prediction. Where the study ran contention baselines (bench --baseline), their
+measured compute is the compute at their N (N processes sharing a machine slow each other).
+Formulas and assumptions: docs/predict.md. Starts no process.
 """
 
 EXAMPLES = """\
@@ -23,15 +27,13 @@ examples:
   parascale predict studies/s1 --interconnect ib100 --gpus-per-node 8 --intra-node nvlink
   parascale predict studies/s1 --comm runs/comm-2 --sync parameter-server --ps-servers 4
   parascale predict studies/s1 --interconnect 25gbe --noise-scale 2000 --out pred/
+  parascale predict --params 7e9 --device-memory 80
+  parascale predict runs/fsdp --device-memory 16 --workers 1,2,4,8
 """
 
 
 def _workers(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated worker counts such as "
-                                         f"1,2,4,8, got {text!r}")
+    return int_list(text, "worker counts such as 1,2,4,8")
 
 
 def _count(option: str):
@@ -42,7 +44,7 @@ def _count(option: str):
         try:
             return parse_count(text, option)
         except UsageError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option}: "))
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option}: ")) from None
     return parse
 
 
@@ -51,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "predict", help="predict scaling to N devices from run records and an interconnect",
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", nargs="+", metavar="STUDY_OR_RECORD",
+    parser.add_argument("sources", nargs="*", metavar="STUDY_OR_RECORD",
                         help="study folder, train --out folder, or record.json")
     link = parser.add_argument_group("interconnect")
     link.add_argument("--comm", metavar="RECORD",
@@ -59,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     link.add_argument("--interconnect", metavar="PRESET",
                       help="a named link: nvlink, pcie, ib100, 25gbe, loopback (assumed figures, "
                            "source printed)")
-    link.add_argument("--gpus-per-node", type=int, metavar="G",
+    link.add_argument("--gpus-per-node", type=ascii_int, metavar="G",
                       help="hierarchical: rings inside nodes of G devices and across nodes; "
                            "--interconnect is then the link between nodes")
     link.add_argument("--intra-node", metavar="PRESET",
@@ -69,18 +71,18 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     what.add_argument("--sync", metavar="S",
                       help="allreduce, tree, reduce-broadcast, parameter-server, local-sgd, sma "
                            "(default: the records' own)")
-    what.add_argument("--ps-servers", type=int, default=1, metavar="K",
+    what.add_argument("--ps-servers", type=ascii_int, default=1, metavar="K",
                       help="parameter servers (default: the records', else 1)")
-    what.add_argument("--period", type=int, default=1, metavar="H",
+    what.add_argument("--period", type=ascii_int, default=1, metavar="H",
                       help="local-sgd / sma: steps between averages (default: the records', "
                            "else 1)")
     what.add_argument("--workers", type=_workers, metavar="1,2,4,...",
                       help="worker counts (default: powers of two 1 to 4096)")
     what.add_argument("--scaling", choices=("weak", "strong"),
                       help="one mode only (default: the study's modes, else both)")
-    what.add_argument("--batch-size", type=int, metavar="B",
+    what.add_argument("--batch-size", type=ascii_int, metavar="B",
                       help="per-device batch for weak scaling (default: the records')")
-    what.add_argument("--global-batch", type=int, metavar="B",
+    what.add_argument("--global-batch", type=ascii_int, metavar="B",
                       help="global batch for strong scaling (default: the study's strong "
                            "runs', else the per-device batch)")
     what.add_argument("--model", metavar="NAME",
@@ -90,12 +92,17 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="parameter count, e.g. 25.6M (gradients of 4 bytes each)")
     given.add_argument("--gradient-bytes", type=_count("--gradient-bytes"), metavar="S",
                        help="bytes a step exchanges, e.g. 102.4M")
-    given.add_argument("--overlap", type=float, metavar="F",
+    given.add_argument("--overlap", type=ascii_float, metavar="F",
                        help="share of compute that communication can hide behind (0-1; "
                             "default: measured, else 2/3)")
-    given.add_argument("--noise-scale", type=float, metavar="B",
+    given.add_argument("--noise-scale", type=ascii_float, metavar="B",
                        help="gradient noise scale in samples (assumed): adds steps and "
                             "time-to-accuracy speedup (McCandlish et al. 2018)")
+    memory = parser.add_argument_group("memory per device (docs/predict.md)")
+    memory.add_argument("--device-memory", type=float, metavar="GIB",
+                        help="how many devices of GIB GiB the model needs under each strategy "
+                             "(replicated, ZeRO stages 1-3), from --params N or a record's "
+                             "measured memory split, and GiB per device for --workers")
     parser.add_argument("--out", metavar="DIR",
                         help="write prediction.json, prediction.csv and prediction.png here")
     parser.set_defaults(func=run)
@@ -104,6 +111,17 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from parascale import predict
+    from parascale.errors import UsageError
+
+    if args.device_memory is not None:
+        from parascale.predict.memory import answer
+
+        print(answer(args.sources, args.params, args.device_memory,
+                     list(args.workers or (1, 2, 4, 8, 16, 64, 256, 1024)), args.model))
+        return 0
+    if not args.sources:
+        raise UsageError("predict needs a study folder, train --out folder or record.json "
+                         "(or --params N --device-memory GIB for memory alone)")
     from parascale.files import check_writable_folder
     from parascale.predict.table import format_prediction
 

@@ -38,7 +38,7 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from parascale.cli import bench_cmd, train_cmd
+    from parascale.cli.parsers import bench_parser, train_parser
     from parascale.cluster.script import add_options
 
     parser = subparsers.add_parser(
@@ -46,17 +46,17 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="slurm_command", metavar="{train,bench,status}")
-    train = train_cmd.register(sub)
+    train = train_parser(sub)
     train.description = "Submit 'parascale train' as one Slurm job. " + train.description
     train.epilog = EXAMPLES
     add_options(train)
-    train.set_defaults(func=run_train)
-    bench = bench_cmd.register(sub)
+    train.set_defaults(func=run_train, option_names=option_names(train))
+    bench = bench_parser(sub)
     bench.description = ("Submit a 'parascale bench' study as one Slurm job per configuration. "
                          + bench.description)
     bench.epilog = EXAMPLES
     add_options(bench, dry_run=False)  # bench's own --dry-run prints the plan and the scripts
-    bench.set_defaults(func=run_bench, rerun="failed")
+    bench.set_defaults(func=run_bench, rerun="failed", option_names=option_names(bench))
     for action in bench._actions:  # the same options, said as they are on Slurm
         if action.dest == "rerun":
             action.help = ("which recorded runs to submit again: failed (default on Slurm: "
@@ -73,6 +73,24 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
+def option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each value's option as the user typed it (--out, not the study_out it is kept in)."""
+    return {a.dest: max(a.option_strings, key=len) if a.option_strings else a.dest.upper()
+            for a in parser._actions}
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """Every value given may reach the job script (paths, names, --setup, train's options): one
+    holding a control character is refused by its option's name before anything is planned."""
+    from parascale.cluster.script import check_value
+
+    names = getattr(args, "option_names", {})
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and dest in names:
+                check_value(item, names[dest])
+
+
 def _no_command(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
@@ -86,16 +104,17 @@ def echo(line: str) -> None:
 
 def train_script(args: argparse.Namespace):
     """(script text, out folder, Slurm options) for ``slurm train``; UsageError for bad input."""
-    from parascale import data, models
     from parascale.cli.options import config_from_args
-    from parascale.cli.train_cmd import default_out
-    from parascale.cluster.script import (Script, file_pattern, layout, options_from_args,
-                                          render, train_flags)
-    from parascale.config import TrainConfig, validate
+    from parascale.run_summary import default_out
+    from parascale.cluster.script import (Script, file_pattern, job_name, layout,
+                                          options_from_args, render, train_flags)
+    from parascale.config import TrainConfig
+    from parascale.validation import validate
     from parascale.files import check_writable_folder
     from parascale.runtime.world import devices_elsewhere
 
-    opts = options_from_args(args)
+    opts = options_from_args(args)  # its own words for --time, --setup, --python first
+    check_values(args)
     cfg = config_from_args(args)
     if cfg.get("gpus") is not None:
         raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G "
@@ -109,18 +128,35 @@ def train_script(args: argparse.Namespace):
     with devices_elsewhere():  # the GPUs are on the nodes, not necessarily here
         checked = TrainConfig.from_dict(cfg)
         validate(checked)
-        models.check(checked.model)
-        data.check(checked)
+        if checked.task is not None:  # a user's task: loaded and tried here, as train does
+            from parascale import tasks
+
+            tasks.preflight(checked)
+        else:
+            _check_builtin(checked)
     check_writable_folder(cfg["out"])
     out = Path(cfg["out"])
-    script = Script(name=f"ps-train-{out.name}"[:120],
-                    what=f"parascale train {checked.model} on {checked.dataset}, "
+    script = Script(name=job_name(f"ps-train-{out.name}"),
+                    what=f"parascale train {checked.task or checked.model + ' on ' + checked.dataset}, "
                     f"{cfg['workers']} worker(s); record in {out}/record.json",
                     train=[*train_flags({k: v for k, v in cfg.items() if k != "out"}),
                            "--out", str(out)],
                     output=file_pattern(out) + "-slurm-%j.out",
                     nodes=nodes, tasks_per_node=per_node)
     return render(script, opts), out, opts
+
+
+def _check_builtin(checked) -> None:
+    """The registries' model and data (of a TrainConfig), where this machine can see them."""
+    from parascale import data, models
+
+    models.check(checked.model)
+    if data.elsewhere(checked):
+        print(f"parascale: warning: --data-dir {checked.data_dir} is not on this machine; "
+              "the job reads it on the nodes (and says so if it is missing there too)",
+              file=sys.stderr, flush=True)
+    else:
+        data.check(checked)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -172,7 +208,8 @@ def _wait_one(job_id: str, output: Path):
 
 def _train_outcome(job_id: str, state, out: Path, output: Path) -> int:
     from parascale import record as rec
-    from parascale.cli.train_cmd import done_lines
+    from parascale.run_summary import done_lines
+    from parascale.cluster.filing import last_error
     from parascale.safejson import Refused
 
     try:
@@ -180,9 +217,10 @@ def _train_outcome(job_id: str, state, out: Path, output: Path) -> int:
     except Refused:
         record = None
     if record is None or state.failed:
-        raise WorkerFailure(f"Slurm job {job_id} ended {state.describe()} without a record "
-                            f"(output: {output})" if record is None else
-                            f"Slurm job {job_id} ended {state.describe()} (output: {output})")
+        detail = last_error(output)  # the job's own line: a --data-dir missing on the nodes
+        raise WorkerFailure(f"Slurm job {job_id} ended {state.describe()}"
+                            + (" without a record" if record is None else "")
+                            + (f": {detail}" if detail else "") + f" (output: {output})")
     if record["status"] != "ok":
         raise WorkerFailure(f"{record['reason']} (record: {out}/record.json)")
     echo(f"job {job_id} {state.state}")
@@ -196,7 +234,8 @@ def _train_outcome(job_id: str, state, out: Path, output: Path) -> int:
 def study_plan(args: argparse.Namespace):
     """(inputs, jobs, study, Slurm options) for ``slurm bench``; UsageError for bad input."""
     from parascale.bench.study import workers_elsewhere
-    from parascale.cli.bench_cmd import plan_from_args
+    from parascale.bench.session import plan_from_args
+    from parascale.cli.options import config_from_args
     from parascale.cluster import scheduler
     from parascale.cluster.script import options_from_args
     from parascale.cluster.study import study_train
@@ -205,6 +244,7 @@ def study_plan(args: argparse.Namespace):
     if args.dry_run == args.submit:
         raise UsageError("give --dry-run (print the plan and the job scripts) or --submit")
     opts = options_from_args(args)  # --wait without --submit too
+    check_values(args)
     if args.quiet_machine is not None:
         raise UsageError("--quiet-machine waits for this machine to be quiet; on Slurm the "
                          "scheduler gives each job its cores")
@@ -222,7 +262,7 @@ def study_plan(args: argparse.Namespace):
     with workers_elsewhere(max(1, per_node) * opts.nodes):
         args.dry_run = True  # plan as for another machine: its GPUs are on the nodes
         try:
-            inputs, jobs, study = plan_from_args(args)
+            inputs, jobs, study = plan_from_args(args, config_from_args(args))
         finally:
             args.dry_run = not args.submit
     if lifted:
@@ -234,7 +274,7 @@ def study_plan(args: argparse.Namespace):
 
 def run_bench(args: argparse.Namespace) -> int:
     from parascale.bench.study import plan_table
-    from parascale.cli.bench_cmd import explain, summarise, typed_command
+    from parascale.bench.session import explain, summarise, typed_command
     from parascale.cluster import scheduler
     from parascale.cluster.study import (failed_runs, status_table, study_script, submit,
                                          wait)

@@ -55,7 +55,7 @@ def file_run(study: Path, folder: str, job_id: str, code: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 4 or not argv[3].lstrip("-").isdigit():
+    if len(argv) != 4 or not re.fullmatch(r"-?[0-9]+", argv[3]):
         print("usage: python -m parascale.cluster.filing STUDY FOLDER JOB_ID EXIT_CODE",
               file=sys.stderr)
         return 2

@@ -74,13 +74,15 @@ def _run(argv: list[str], input_text: str | None = None) -> subprocess.Completed
 
 
 def submit(script_path: Path) -> str:
-    """Submit a job script with sbatch; the job id. sbatch's refusal is one line."""
+    """Submit a job script with sbatch; the job id. sbatch's refusal is one line, and the
+    script, written just before, is removed: it never was a job."""
     done = _run(["sbatch", "--parsable", str(script_path)])
     if done.returncode != 0:
+        script_path.unlink(missing_ok=True)
         message = " ".join(done.stderr.split()) or f"exit code {done.returncode}"
         raise UsageError(f"sbatch refused {script_path}: {message}")
     job_id = done.stdout.strip().split(";")[0]  # --parsable: id[;cluster]
-    if not job_id.isdigit():
+    if not (job_id.isascii() and job_id.isdigit()):
         raise UsageError(f"sbatch said {done.stdout.strip()!r}, not a job id")
     return job_id
 
@@ -185,5 +187,6 @@ def cpus_per_node(partition: str | None) -> int | None:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    counts = [int(v.rstrip("+")) for v in done.stdout.split() if v.rstrip("+").isdigit()]
+    counts = [int(v.rstrip("+")) for v in done.stdout.split()
+              if v.rstrip("+").isascii() and v.rstrip("+").isdigit()]
     return min(counts) if done.returncode == 0 and counts else None

@@ -3,9 +3,13 @@
 A job script is plain bash a user can read and submit by hand: ``#SBATCH`` lines, the set-up
 lines given with ``--setup``, the rendezvous exported for :mod:`parascale.runtime.world` (rank 0
 hosts the store on the first node; the port is derived from the job id so every task knows it
-without talking), then ``srun`` with one task per device running ``parascale train``. Every value
-that comes from the user is quoted with :func:`shlex.quote`; set-up lines are the user's own
-shell by design, but one line each: a newline or NUL in one is refused.
+without talking), then ``srun`` with one task per device running ``parascale train``.
+
+Every value that reaches a script can only be data: a control character (newline, CR, NUL, ...)
+is refused, since no quoting protects a newline in an ``#SBATCH`` line (the rest of the line
+becomes a command, and sbatch stops reading directives there); ``#SBATCH`` values are quoted
+for sbatch's own parser (:func:`directive`), the command's words with :func:`shlex.quote`. Set-up
+lines are the user's own shell by design, one line each.
 """
 from __future__ import annotations
 
@@ -24,10 +28,17 @@ from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.runtime.world import PORT_BASE
 
-# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1))
-_TIME_RE = re.compile(r"\A(?:\d+(?::\d{1,2}){0,2}|\d+-\d+(?::\d{1,2}){0,2})\Z")
+# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1)), in ASCII digits: \d
+# would also take a fullwidth '５', which sbatch refuses
+_TIME_RE = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")
+MAX_TIME_DAYS = 365  # more is a typo: Slurm itself reads a huge limit as none at all
 # partition and account names: what Slurm accepts in practice, nothing a shell would read
 _NAME_RE = re.compile(r"\A[A-Za-z0-9_.+-]{1,64}\Z")
+# what ends or hides a line in a script or on a terminal; a tab is plain white space and stays
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+# an #SBATCH value made of these needs no quotes (and reads as it always has)
+_PLAIN_RE = re.compile(r"[A-Za-z0-9@%+=:,./_-]+")
+CONTROL_HINT = "newline, carriage return, NUL and other control characters cannot be data there"
 
 
 @dataclass
@@ -44,14 +55,21 @@ class SlurmOptions:
     python: str = sys.executable
 
 
+def _count(text: str) -> int:
+    """A count in ASCII digits: int() also reads '５' and '1_0', which no one means here."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits, got {text!r}")
+    return int(text)
+
+
 def add_options(parser: argparse.ArgumentParser, dry_run: bool = True) -> None:
     """The Slurm options; ``dry_run=False`` where the parser has its own --dry-run."""
     group = parser.add_argument_group("slurm")
-    group.add_argument("--nodes", type=int, default=1, metavar="N",
+    group.add_argument("--nodes", type=_count, default=1, metavar="N",
                        help="nodes per job (default: 1)")
-    group.add_argument("--gpus-per-node", type=int, metavar="G",
+    group.add_argument("--gpus-per-node", type=_count, metavar="G",
                        help="GPUs per node; one task per GPU (default: none, CPU tasks)")
-    group.add_argument("--cpus-per-task", type=int, default=1, metavar="C",
+    group.add_argument("--cpus-per-task", type=_count, default=1, metavar="C",
                        help="CPU cores per task, also its torch threads (default: 1)")
     group.add_argument("--time", metavar="LIMIT",
                        help="time limit per job in Slurm's format: M, M:S, H:M:S, D-H, D-H:M "
@@ -87,22 +105,75 @@ def options_from_args(args: argparse.Namespace) -> SlurmOptions:
         raise UsageError(f"--gpus-per-node must be 1 or more, got {opts.gpus_per_node}")
     if opts.cpus_per_task < 1:
         raise UsageError(f"--cpus-per-task must be 1 or more, got {opts.cpus_per_task}")
-    if opts.time is not None and not _TIME_RE.match(opts.time):
-        raise UsageError(f"--time {opts.time!r} is not a Slurm time limit; use minutes (30), "
-                         "M:S, H:M:S (1:30:00), D-H, D-H:M or D-H:M:S (2-12:00:00)")
+    if opts.time is not None:
+        time_limit(opts.time)
     for option, name in (("--partition", opts.partition), ("--account", opts.account)):
         if name is not None and not _NAME_RE.match(name):
             raise UsageError(f"{option} {name!r}: expected a name of letters, digits, '_', '.', "
                              "'+' or '-'")
     for line in opts.setup:
-        if "\n" in line or "\r" in line or "\0" in line:
-            raise UsageError(f"--setup {line!r}: one shell line per --setup, without newline "
-                             "or NUL characters (repeat --setup for more lines)")
-    if not opts.python.strip() or any(c in opts.python for c in "\n\r\0"):
+        if _CONTROL_RE.search(line):
+            raise UsageError(f"--setup {line!r}: one shell line per --setup, without newline, "
+                             "NUL or other control characters (repeat --setup for more lines)")
+    if not opts.python.strip() or opts.python.startswith("-") or _CONTROL_RE.search(opts.python):
         raise UsageError(f"--python {opts.python!r}: expected a path or command name")
     if getattr(args, "wait", False) and not getattr(args, "submit", False):
         raise UsageError("--wait waits for submitted jobs: use it with --submit")
     return opts
+
+
+def time_limit(text: str) -> int:
+    """``--time`` in seconds; a UsageError unless it is one of sbatch's forms, in ASCII digits,
+    more than zero (Slurm reads 0 as no limit) and at most MAX_TIME_DAYS."""
+    match = _TIME_RE.fullmatch(text) if len(text) <= 24 else None
+    if not match:
+        raise UsageError(f"--time {text!r} is not a Slurm time limit; use minutes (30), M:S, "
+                         "H:M:S (1:30:00), D-H, D-H:M or D-H:M:S (2-12:00:00) in ASCII digits")
+    days, first, second, third = (int(g) if g else None for g in match.groups())
+    if days is not None:  # D-H[:M[:S]]
+        seconds = days * 86400 + first * 3600 + (second or 0) * 60 + (third or 0)
+    elif third is not None:  # H:M:S
+        seconds = first * 3600 + second * 60 + third
+    else:  # M[:S]
+        seconds = first * 60 + (second or 0)
+    if seconds == 0:
+        raise UsageError(f"--time {text!r} is zero, which Slurm reads as no limit; give at "
+                         "least a minute, or leave --time out for the partition's limit")
+    if seconds > MAX_TIME_DAYS * 86400:
+        raise UsageError(f"--time {text!r} is longer than {MAX_TIME_DAYS} days; give at most "
+                         f"{MAX_TIME_DAYS}-00:00:00, or leave --time out for the partition's "
+                         "limit")
+    return seconds
+
+
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` that no job script can hold as data, or None."""
+    found = _CONTROL_RE.search(text)
+    return found.group() if found else None
+
+
+def check_value(value: str, what: str) -> None:
+    """A UsageError naming ``what`` (an option, or the value itself) when ``value`` holds a
+    control character."""
+    char = control_character(value)
+    if char is not None:
+        raise UsageError(f"{what} {value!r} holds {char!r}, which a Slurm job script cannot "
+                         f"carry: {CONTROL_HINT}")
+
+
+def directive(value: str) -> str:
+    """``value`` as one argument of an ``#SBATCH`` line. sbatch reads these lines with its
+    own parser, not bash's: a backslash escapes the next character even inside quotes, and an
+    unquoted '#' starts a comment; so a value that is not plain goes in double quotes with its
+    backslashes and double quotes escaped (which Python's shlex reads back alike)."""
+    if _PLAIN_RE.fullmatch(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def job_name(text: str) -> str:
+    """A job name squeue shows as it is: what is not a letter, digit or ``_.+-`` becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text)[:120]
 
 
 def layout(workers: int | None, opts: SlurmOptions) -> tuple[int, int]:
@@ -145,10 +216,11 @@ def train_flags(train: dict[str, Any]) -> list[str]:
                 flags += ["--sync-option", f"{key}={_option_text(item)}"]
         elif isinstance(value, bool):
             flags.append(name if value else "--no-" + name[2:])
-        elif isinstance(value, (list, tuple)):
-            flags += [name, ",".join(map(str, value))]
         else:
-            flags += [name, _text(value)]
+            text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else \
+                _text(value)
+            # a value that starts with '-' would be read by argparse as an option of its own
+            flags += [f"{name}={text}"] if text.startswith("-") else [name, text]
     return flags
 
 
@@ -158,7 +230,7 @@ def _text(value: Any) -> str:
 
 def _option_text(value: Any) -> str:
     """A --sync-option value that ``parse_value`` reads back as the same value and type."""
-    from parascale.bench.plan import parse_value
+    from parascale.bench.values import parse_value
 
     if isinstance(value, str):
         try:
@@ -187,8 +259,15 @@ class Script:
 
 
 def render(script: Script, opts: SlurmOptions) -> str:
-    """The job script's text (bash)."""
+    """The job script's text (bash); a UsageError when a value cannot be written into it as
+    data (paths made here from the working folder too, not only what was typed)."""
     q = shlex.quote
+    for value in (script.name, script.what, script.output, *script.train, opts.python,
+                  *opts.setup, *script.before, *script.after):
+        check_value(value, "the value")
+    if "\\" in script.output:  # Slurm then expands no %j and drops the backslashes
+        raise UsageError(f"{script.output!r}: Slurm cannot name a job's output file by a path "
+                         "holding a backslash; choose an --out without one")
     sbatch = [f"--job-name={script.name}", f"--nodes={script.nodes}",
               f"--ntasks-per-node={script.tasks_per_node}",
               f"--cpus-per-task={opts.cpus_per_task}", f"--output={script.output}"]
@@ -203,7 +282,7 @@ def render(script: Script, opts: SlurmOptions) -> str:
     lines = ["#!/bin/bash",
              f"# {' '.join(script.what.split())}",  # one comment line, whatever paths hold
              f"# written by parascale {__version__}; submit it again with: sbatch FILE"]
-    lines += [f"#SBATCH {q(line)}" for line in sbatch]
+    lines += [f"#SBATCH {directive(line)}" for line in sbatch]
     lines += ["#SBATCH --open-mode=append", "",
               "# not -e: a failed run must still be filed with its reason", "set -uo pipefail",
               ""]

@@ -17,7 +17,6 @@ failure) is filed as failed with the scheduler's reason by whoever looks next: `
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -30,17 +29,13 @@ from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
 from parascale.bench.study import Job
 from parascale.columns import aligned
 from parascale.cluster import scheduler
-from parascale.cluster.script import (Script, SlurmOptions, file_pattern, layout, render,
-                                      train_flags)
+from parascale.cluster.script import (Script, SlurmOptions, file_pattern, job_name, layout,
+                                      render, train_flags)
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale.safejson import Refused, load
 
 SLURM, LEDGER, POLL_S = "slurm", "jobs.json", 2.0
-
-
-def job_name(study: Path, folder: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", f"ps-{study.resolve().name}-{folder}")[:120]
 
 
 def output_path(study: Path, folder: str, job_id: str) -> Path:
@@ -65,7 +60,7 @@ def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
     staging = study / STAGING / job.folder
     q = shlex.quote
     script = Script(
-        name=job_name(study, job.folder),
+        name=job_name(f"ps-{study.name}-{job.folder}"),
         what=f"parascale study {study.name}, configuration {job.folder}: {job.label or job.folder}",
         train=[*train_flags(study_train(job, opts)), "--out", str(staging)],
         output=file_pattern(study / SLURM / job.folder) + "-%j.out",
@@ -142,7 +137,11 @@ def refresh(study: Path, jobs: Sequence[Job]) -> list[Row]:
             continue
         job_id = entry["job_id"]
         state = known[job_id]
-        if filed_by(study, job.folder) != job_id and not state.active:
+        unfiled = filed_by(study, job.folder) != job_id and not state.active
+        if unfiled and stands(record, job_id) and \
+                not (study / STAGING / job.folder / rec.RECORD_NAME).is_file():
+            mark_filed(study, job.folder, job_id)  # killed between its record and the marker
+        elif unfiled:
             output = output_path(study, job.folder, job_id)
             why = state.describe() if state.state != "UNKNOWN" else (
                 "UNKNOWN: the scheduler no longer remembers it and it filed no record")
@@ -155,6 +154,17 @@ def refresh(study: Path, jobs: Sequence[Job]) -> list[Row]:
         reason = state.reason if state.active or not record else (record.get("reason") or "")
         rows.append(Row(job.folder, job_id, state.state, outcome, reason))
     return rows
+
+
+def stands(record: dict[str, Any] | None, job_id: str) -> bool:
+    """Whether a filed record stands as job ``job_id``'s outcome when the job left no marker.
+    A record is never replaced by a guess when it is ok (or another real outcome: oom,
+    skipped), nor when it is the failure the job filed itself (its reason names the job); a
+    failed record of an earlier job is what this job was submitted to replace."""
+    if record is None:
+        return False
+    return record.get("status") != "failed" or \
+        str(record.get("reason") or "").startswith(f"Slurm job {job_id}:")
 
 
 def status_table(rows: Sequence[Row]) -> str:
@@ -228,6 +238,9 @@ def wait(study: Path, jobs: Sequence[Job], echo: Callable[[str], None],
 
 def check_study(study: Path) -> None:
     """UsageError unless ``study`` is a study folder (status reads, never creates)."""
+    if study.exists() and not study.is_dir():
+        raise UsageError(f"{study} is a file, not a study folder; give the --out of a "
+                         "'parascale slurm bench --submit'")
     if not study.is_dir():
         raise UsageError(f"study folder {study} does not exist; give the --out of a "
                          "'parascale slurm bench --submit'")

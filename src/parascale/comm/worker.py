@@ -6,13 +6,15 @@ import os
 import socket
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from parascale.comm import (ELEMENT_BYTES, RECORD_NAME, SCHEMA, CommConfig, bus_factor,
-                            iterations_for)
+from parascale.comm.config import (ELEMENT_BYTES, RECORD_NAME, SCHEMA, CommConfig, bus_factor,
+                                   iterations_for)
 from parascale.files import atomic_write_text
+from parascale.runtime import contract
 from parascale.runtime import World, joined, resolve_backend, resolve_device_type
 from parascale.runtime.failure import serve_as_worker
 from parascale.record import environment, now
@@ -112,11 +114,11 @@ def run_worker(cfg: CommConfig, teardown: bool = True) -> dict | None:
                                              world.launcher, started),
                   "method": METHOD, "results": results}
         if cfg.out:
-            atomic_write_text(os.path.join(cfg.out, RECORD_NAME),
+            atomic_write_text(Path(cfg.out) / RECORD_NAME,
                               json.dumps(record, indent=2) + "\n")
         return record
 
 
 if __name__ == "__main__":
-    config = CommConfig.from_dict(json.loads(os.environ["PARASCALE_COMM_CONFIG"]))
+    config = CommConfig.from_dict(json.loads(os.environ[contract.COMM_CONFIG]))
     serve_as_worker(lambda: run_worker(config, teardown=False))

@@ -11,13 +11,15 @@ checking `digits` never pays for importing torchvision.
 from __future__ import annotations
 
 import importlib
+import os
 
 from parascale.config import TrainConfig
 from parascale.data import handover
 from parascale.data.split import DataBundle, Split, held_out, hold_out
 from parascale.errors import UsageError
 
-__all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "handover_env", "names", "prepare"]
+__all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "elsewhere", "handover_env", "names",
+           "prepare", "tokens_per_sample"]
 
 # name -> module under parascale.data providing check(cfg) and build(cfg)
 _REGISTRY: dict[str, str] = {
@@ -27,13 +29,13 @@ _REGISTRY: dict[str, str] = {
     "mnist": "vision",
     "fashion-mnist": "vision",
     "imagefolder": "folder",
+    "shakespeare": "text",
 }
 
 
-#: The TrainConfig fields a data set is built from (every loader reads only these): configurations
-#: that agree on them have the same data, which a study then builds once to check them all.
-FIELDS = ("dataset", "data_dir", "download", "image_size", "augment", "seed", "num_classes",
-          "synthetic_shape", "synthetic_size", "verify_data", "val_fraction")
+#: The TrainConfig fields a data set is built from (every loader reads only these); kept in
+#: handover, which identifies a data set by them, so that it need not import this package
+FIELDS = handover.FIELDS
 
 
 def names() -> list[str]:
@@ -45,6 +47,19 @@ def _module(cfg: TrainConfig):
     if cfg.dataset not in _REGISTRY:
         raise UsageError(f"unknown dataset {cfg.dataset!r}; valid datasets: {', '.join(names())}")
     return importlib.import_module(f"parascale.data.{_REGISTRY[cfg.dataset]}")
+
+
+def tokens_per_sample(cfg: TrainConfig) -> int | None:
+    """Tokens per sample of a text dataset (its throughput is counted in them), else None."""
+    return cfg.context if _REGISTRY.get(cfg.dataset) == "text" else None
+
+
+def elsewhere(cfg: TrainConfig) -> bool:
+    """Whether --data-dir names a folder this machine does not have: on a cluster data often
+    lives on a file system only the compute nodes mount, so a Slurm job checks it there (the
+    worker refuses a missing folder in one line). With --download it is fetched here."""
+    return bool(cfg.data_dir) and not cfg.download and \
+        not os.path.lexists(os.path.expanduser(cfg.data_dir))
 
 
 def check(cfg: TrainConfig) -> None:

@@ -1,6 +1,8 @@
 """Datasets that need no files: `synthetic` (generated) and `digits` (ships with scikit-learn)."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -49,7 +51,7 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
     y = (F.adaptive_avg_pool2d(x, grid).flatten(1) @ projection).argmax(1)
     # randn is already zero-mean, unit-variance: normalisation is the identity.
     mean, std = [0.0] * c, [1.0] * c
-    split = dict(image_size=cfg.image_size)
+    split: dict[str, Any] = dict(image_size=cfg.image_size)
     size = cfg.image_size
     return DataBundle(
         name="synthetic",
@@ -74,7 +76,7 @@ def _digits(cfg: TrainConfig) -> DataBundle:
     train_idx, test_idx = torch.from_numpy(train_idx), torch.from_numpy(test_idx)
     # Statistics of the fixed training split, so they too are the same for every run.
     mean, std = x[train_idx].mean().item(), x[train_idx].std().item()
-    split = dict(image_size=cfg.image_size)
+    split: dict[str, Any] = dict(image_size=cfg.image_size)
     size = cfg.image_size
     return DataBundle(
         name="digits",

@@ -106,7 +106,7 @@ def scan(cfg: TrainConfig) -> Layout:
     return Layout(train, test, classes, (3, *first))
 
 
-def _size_message(a: Path, size_a: tuple[int, int], b: Path, size_b: tuple[int, int]) -> str:
+def _size_message(a: Path, size_a: tuple[int, ...], b: Path, size_b: tuple[int, ...]) -> str:
     return (f"imagefolder: images differ in size ({a} is {size_a[1]}x{size_a[0]}, {b} is "
             f"{size_b[1]}x{size_b[0]}); pass --image-size N to resize them all to NxN")
 

@@ -23,9 +23,15 @@ import torch
 
 from parascale.config import TrainConfig
 from parascale.data.split import DataBundle, TensorSplit
+from parascale.runtime import contract
 
-ENV = "PARASCALE_DATA_FILE"  # set by the launcher for its workers
+ENV = contract.DATA_FILE  # set by the launcher for its workers
 _FOLDER_PREFIX = "parascale-data-"
+
+#: The TrainConfig fields a data set is built from (every loader reads only these): configurations
+#: that agree on them have the same data, which a study then builds once to check them all.
+FIELDS = ("dataset", "data_dir", "download", "image_size", "augment", "seed", "num_classes",
+          "synthetic_shape", "synthetic_size", "verify_data", "val_fraction", "context")
 
 #: data key -> (file or None, facts); this process's data sets, built once each
 _PREPARED: dict[str, tuple[Path | None, dict[str, Any]]] = {}
@@ -35,8 +41,6 @@ _folder: Path | None = None
 def key(cfg: TrainConfig, loader) -> str | None:
     """What identifies ``cfg``'s data: its data fields and the loader's stamp of its source
     (files' sizes and times); None when the loader gives no stamp (nothing is kept)."""
-    from parascale.data import FIELDS
-
     stamp = getattr(loader, "stamp", None)
     if stamp is None:
         return None

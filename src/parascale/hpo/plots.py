@@ -8,36 +8,42 @@ from typing import Any
 
 import matplotlib
 
+from parascale.hpo import objective as objectives
 from parascale.report.plots import COLORS, STYLE, Plot, _figure, _render, write_plots
 
 MARKERS = {"complete": ("o", COLORS[0]), "pruned": ("x", COLORS[1]), "fail": ("v", COLORS[3])}
 
 
-def make(table: list[dict[str, Any]], objective: str) -> list[Plot]:
+def make(table: list[dict[str, Any]], objective: str, maximize: bool = True) -> list[Plot]:
+    """``maximize``: the objective's direction, for a metric's objective (accuracy's and
+    tta's is known)."""
     plots = []
     with matplotlib.rc_context(STYLE):
         for build in (_by_trial, _by_batch):
-            made = build(table, objective)
+            made = build(table, objective, maximize) if build is _by_trial else \
+                build(table, objective)
             if made is not None:
                 fig, name, title, caption = made
                 plots.append(Plot(name, title, caption, *_render(fig)))
     return plots
 
 
-def write(table: list[dict[str, Any]], objective: str, folder: Path) -> list[Path]:
-    return write_plots(make(table, objective), folder)
+def write(table: list[dict[str, Any]], objective: str, folder: Path,
+          maximize: bool = True) -> list[Path]:
+    return write_plots(make(table, objective, maximize), folder)
 
 
 def _value(row: dict[str, Any], objective: str) -> float | None:
-    """What the trial scored: its objective, or a pruned trial's validation accuracy."""
-    if objective == "accuracy":
-        value = row["value"] if row["value"] is not None else row["val_accuracy"]
-        return None if value is None else 100 * value
+    """What the trial scored: its objective, or a pruned trial's best validation value."""
     value = row["value"]
+    if value is None and objective != "tta":
+        value = row.get("val_best")
+    if objective == "accuracy":
+        return None if value is None else 100 * value
     return None if value is None or math.isinf(value) else value
 
 
-def _by_trial(table, objective):
+def _by_trial(table, objective, maximize=True):
     shown = [r for r in table if r["state"] in ("complete", "pruned")]
     if not shown:
         return None
@@ -48,13 +54,13 @@ def _by_trial(table, objective):
         points = [(x, y) for x, y in points if y is not None]
         if points:
             marker, color = MARKERS[state]
-            label = state if state == "complete" else "pruned (accuracy when stopped)"
+            label = state if state == "complete" else "pruned (best value when stopped)"
             ax.scatter(*zip(*points), marker=marker, color=color, label=label)
     best, xs, ys = None, [], []
     for row in sorted(shown, key=lambda r: r["trial"]):
         value = _value(row, objective) if row["state"] == "complete" else None
-        if value is not None and (best is None or (value > best if objective == "accuracy"
-                                                   else value < best)):
+        higher = objective == "accuracy" or (objective != "tta" and maximize)
+        if value is not None and (best is None or (value > best if higher else value < best)):
             best = value
         if best is not None:
             xs.append(row["trial"])
@@ -63,11 +69,12 @@ def _by_trial(table, objective):
         ax.step(xs, ys, where="post", color="black", linewidth=1, label="best so far")
     ax.set_xlabel("trial")
     ax.set_ylabel("best validation accuracy (%)" if objective == "accuracy"
-                  else "time to the target (s)")
+                  else "time to the target (s)" if objective == "tta"
+                  else f"best validation {objective}")
     ax.legend()
     caption = ("Each trial's objective in the order the trials started; the line is the best "
                "complete trial so far." + (" Trials that never reached the target are left out."
-                                           if objective != "accuracy" else ""))
+                                           if objective == "tta" else ""))
     return fig, "hpo-objective", "Objective by trial", caption
 
 
@@ -76,11 +83,13 @@ def _by_batch(table, objective):
     if len({r["global_batch"] for r in done}) < 2:
         return None  # the batch was not searched: nothing to plot against
     fig, axes = _figure(9.0, 4.0, ncols=2)
+    metric = objectives.metric(objective)
+    scale = 100 if metric == "accuracy" else 1
     for state in ("complete", "pruned"):
         marker, color = MARKERS[state]
         mine = [r for r in done if r["state"] == state]
-        acc = [(r["global_batch"], 100 * r["val_accuracy"]) for r in mine
-               if r["val_accuracy"] is not None]
+        acc = [(r["global_batch"], scale * r["val_best"]) for r in mine
+               if r.get("val_best") is not None]
         time = [(r["global_batch"], r["training_s"]) for r in mine if r["training_s"]]
         if acc:
             axes[0][0].scatter(*zip(*acc), marker=marker, color=color, label=state)
@@ -93,8 +102,10 @@ def _by_batch(table, objective):
         ax.minorticks_off()
         ax.set_xlabel("global batch (samples)")
         ax.legend()
-    axes[0][0].set_ylabel("best validation accuracy (%)")
+    axes[0][0].set_ylabel("best validation accuracy (%)" if metric == "accuracy"
+                          else f"best validation {metric}")
     axes[0][1].set_ylabel("training time (s)")
-    caption = ("Validation accuracy and training time of each trial against its global batch; "
+    caption = (f"Validation {metric} and training time of each trial against its global batch; "
                "pruned trials stopped early, so their times are shorter.")
-    return fig, "hpo-batch", "Accuracy and training time against the batch", caption
+    return fig, "hpo-batch", f"{metric.capitalize()} and training time against the batch", \
+        caption

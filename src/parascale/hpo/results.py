@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from parascale.columns import aligned
 from parascale.files import atomic_write_text
+from parascale.hpo import objective as objectives
 from parascale.hpo.search import MODEL, Search, describe_value, trial_folder
 from parascale.hpo.study import INTERRUPTED
 
@@ -24,6 +24,7 @@ def rows(search: Search) -> list[dict[str, Any]]:
     """One row per trial, in trial order."""
     names = [p.name for p in search.space]
     best = _best_number(search.study)
+    metric = objectives.metric(search.objective)
     tested = search.study.user_attrs
     table = []
     for frozen in search.study.get_trials(deepcopy=False):
@@ -42,7 +43,11 @@ def rows(search: Search) -> list[dict[str, Any]]:
         value = frozen.value if frozen.state.name == "COMPLETE" else None
         table.append({"trial": frozen.number, "best": frozen.number == best, "state": state,
                       "value": value, **{n: frozen.params.get(n) for n in names},
-                      "val_accuracy": attrs.get("val_accuracy"), "epochs": attrs.get("epochs"),
+                      "val_accuracy": attrs.get("val_accuracy"),
+                      # a trial stored before val_best: its accuracy was the objective's metric
+                      "val_best": attrs.get("val_best", attrs.get("val_accuracy")
+                                            if metric == "accuracy" else None),
+                      "epochs": attrs.get("epochs"),
                       "training_s": attrs.get("training_s"),
                       "global_batch": attrs.get("global_batch"),
                       "effective_lr": attrs.get("effective_lr"),
@@ -61,15 +66,15 @@ def _best_number(study) -> int | None:
 
 def format_table(table: list[dict[str, Any]], search: Search) -> str:
     names = [p.name for p in search.space]
-    head = ["trial", "state", "objective", *names, "val acc", "epochs", "time s", "note"]
+    metric = objectives.metric(search.objective)
+    head = ["trial", "state", "objective", *names,
+            "val acc" if metric == "accuracy" else f"val {metric}", "epochs", "time s", "note"]
     lines = [head]
     for row in table:
-        value = "" if row["value"] is None else (
-            f"{row['value']:.2%}" if search.objective == "accuracy" else
-            "not reached" if math.isinf(row["value"]) else f"{row['value']:.1f} s")
+        value = objectives.shown(search.objective, row["value"])
         lines.append([f"{row['trial']}{'*' if row['best'] else ''}", row["state"], value,
                       *[_cell(row[n]) for n in names],
-                      "" if row["val_accuracy"] is None else f"{row['val_accuracy']:.2%}",
+                      objectives.shown(metric, row["val_best"]),
                       _cell(row["epochs"]),
                       "" if row["training_s"] is None else f"{row['training_s']:.1f}",
                       row["note"]])
@@ -82,12 +87,12 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def write_csv(table: list[dict[str, Any]], path: Path) -> None:
+def write_csv(table: list[dict[str, Any]], path: Path) -> Path:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(table[0]) if table else ["trial"])
     writer.writeheader()
     writer.writerows(table)
-    atomic_write_text(path, buffer.getvalue())
+    return atomic_write_text(path, buffer.getvalue())
 
 
 def test_best(search: Search) -> dict[str, Any] | None:
@@ -106,27 +111,29 @@ def test_best(search: Search) -> dict[str, Any] | None:
     if not (folder / MODEL).exists():
         return {**found, "test_accuracy": None,
                 "why": f"its model ({folder / MODEL}) is not on this machine"}
-    loss, accuracy = _evaluate(folder)
-    tested = {"test_accuracy": accuracy, "test_loss": loss}
+    values = _evaluate(folder)
+    tested = {"test_accuracy": values.get("accuracy"), "test_loss": values["loss"],
+              "test_metrics": values}
     search.study.set_user_attr(key, tested)
     return {**found, **tested, "evaluated_now": True}
 
 
-def _evaluate(folder: Path) -> tuple[float, float]:
+def _evaluate(folder: Path) -> dict[str, float]:
     """The saved model of a trial on its configuration's test set, in this process."""
     import torch
 
-    from parascale import data, models
+    from parascale import tasks
     from parascale.config import TrainConfig
     from parascale.training.evaluate import evaluate_alone
 
     cfg = TrainConfig.from_dict(json.loads((folder / "record.json").read_text())["config"])
-    bundle = data.build(cfg)
-    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
+    task, bundle = tasks.prepare(cfg)
+    torch.manual_seed(cfg.seed)
+    model = task.model()
     state = torch.load(folder / MODEL, map_location="cpu", weights_only=True)
     # a compiled model's keys carry torch.compile's wrapper prefix
     model.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in state.items()})
-    return evaluate_alone(model, bundle.test)
+    return evaluate_alone(task, model, bundle.test)
 
 
 def best_lines(best: dict[str, Any] | None, search: Search) -> list[str]:
@@ -135,16 +142,21 @@ def best_lines(best: dict[str, Any] | None, search: Search) -> list[str]:
     params = ", ".join(f"{k}={_cell(v)}" for k, v in best["params"].items())
     lines = [f"best: trial {best['trial']} ({params}): "
              f"{describe_value(search.objective, best['value'])}"]
-    if best["test_accuracy"] is None:
-        lines.append(f"  test accuracy: not evaluated ({best['why']})")
+    name = objectives.metric(search.objective)
+    tested = (best.get("test_metrics") or {}).get(name, best.get("test_accuracy")
+                                                  if name == "accuracy" else None)
+    if "why" in best:
+        lines.append(f"  test {name}: not evaluated ({best['why']})")
+    elif tested is None:
+        lines.append(f"  test {name}: not among the test set's metrics")
     else:
         when = "evaluated once, now, for this trial only" if best["evaluated_now"] else \
             "evaluated once, when it became the best"
-        lines.append(f"  test accuracy {best['test_accuracy']:.2%} ({when}; the search looked "
-                     "only at the validation split)")
+        figure = f"{tested:.2%}" if name == "accuracy" else f"{tested:.4g}"
+        lines.append(f"  test {name} {figure} ({when}; the search looked only at the "
+                     "validation split)")
     return lines
 
 
-def write_best(best: dict[str, Any] | None, path: Path) -> None:
-    if best is not None:
-        atomic_write_text(path, json.dumps(best, indent=1, default=str))
+def write_best(best: dict[str, Any], path: Path) -> Path:
+    return atomic_write_text(path, json.dumps(best, indent=1, default=str))

@@ -9,7 +9,6 @@ trials, marks them interrupted and queues their parameters again (:func:`.study.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,12 +17,13 @@ from typing import Any
 
 from tqdm import tqdm
 
+from parascale.hpo import objective as objectives
 from parascale.hpo import study as studies
-from parascale.hpo.judge import ENV as JUDGE_ENV
 from parascale.hpo.slots import Slot
 from parascale.hpo.space import Param, config, settings
 from parascale.hpo.trial import ERROR_NAME, SPEC_ENV
 from parascale.runtime import processes
+from parascale.training.pruning import ENV as JUDGE_ENV
 
 POLL_S = 0.2
 GRACE_S = 10.0  # an interrupted trial's time to stop its workers (their own grace is 5 s)
@@ -39,11 +39,12 @@ class Search:
     study_name: str
     space: list[Param]
     fixed: dict[str, Any]  # the training options every trial has
-    objective: str  # accuracy | tta
+    objective: str  # accuracy | tta | a metric of the task (see hpo/objective.py)
     target: float | None
     pruner: str
     out: Path
     trials: int  # finished trials wanted in the study
+    maximize: bool = True  # the objective's direction (tta: False)
 
 
 @dataclass
@@ -95,10 +96,9 @@ def run(search: Search, slots: list[Slot]) -> int:
 
 
 def _start(search: Search, slot: Slot) -> Running:
-    trial = search.study.ask()
-    trial.set_user_attr(studies.OWNER, studies.owner())
+    trial = studies.start(search.study, search.storage)
     trial.set_user_attr("slot", slot.label())
-    chosen = settings(search.space, search.fixed, lambda p: p.suggest(trial))
+    chosen = draw(search.space, search.fixed, trial)
     folder = trial_folder(search.out, trial.number)
     folder.mkdir(parents=True, exist_ok=True)
     cfg = config(search.fixed, chosen)
@@ -108,12 +108,19 @@ def _start(search: Search, slot: Slot) -> Running:
     else:
         cfg["workers"] = len(slot.cores)
     judge = {"storage": search.storage, "study": search.study_name, "trial_id": trial._trial_id,
-             "number": trial.number, "pruner": search.pruner, "objective": search.objective}
+             "number": trial.number, "pruner": search.pruner, "objective": search.objective,
+             "metric": objectives.metric(search.objective)}
     env = {**os.environ, SPEC_ENV: json.dumps({"config": cfg, "cores": list(slot.cores)}),
            JUDGE_ENV: json.dumps(judge)}
     child = processes.start_module("parascale.hpo.trial", env, folder / "log.txt",
                                    len(slot.cores), f"parascale-t{trial.number}")
     return Running(trial, slot, folder, child, chosen)
+
+
+def draw(space: list[Param], fixed: dict[str, Any], trial) -> dict[str, Any]:
+    """The trial's parameters: drawn by the sampler, or those it already holds (a retry's, or
+    those drawn before its search was killed)."""
+    return settings(space, fixed, lambda p: p.suggest(trial))
 
 
 def _conclude(search: Search, item: Running) -> str:
@@ -125,16 +132,17 @@ def _conclude(search: Search, item: Running) -> str:
     shown = ", ".join(f"{k}={_short(v)}" for k, v in item.chosen.items())
     head = f"trial {trial.number} ({shown}) on {item.slot.label()}"
     if record is not None and record.get("status") == "ok":
-        facts = facts_of(record)
+        facts = facts_of(record, search.objective, search.maximize)
         for key, value in facts.items():
             trial.set_user_attr(key, value)
         pruned = (record.get("search") or {}).get("pruned_at_epoch")
         if pruned:
             search.study.tell(trial, state=TrialState.PRUNED)
             (folder / MODEL).unlink(missing_ok=True)
-            return f"{head}: pruned after epoch {pruned} (validation accuracy " \
-                f"{facts['val_accuracy']:.2%})"
-        value = objective_value(record, search.objective)
+            seen = objectives.best_of(record, search.objective, search.maximize)
+            return f"{head}: pruned after epoch {pruned} " \
+                f"({objectives.describe(objectives.metric(search.objective), seen)})"
+        value = objective_value(record, search.objective, search.maximize)
         search.study.tell(trial, value)
         _keep_best_model(search)
         return f"{head}: {describe_value(search.objective, value)} in " \
@@ -146,13 +154,15 @@ def _conclude(search: Search, item: Running) -> str:
     return f"{head}: failed: {reason}"
 
 
-def facts_of(record: dict) -> dict[str, Any]:
+def facts_of(record: dict, objective: str = "accuracy", maximize: bool = True) -> dict[str, Any]:
     """What the table and plots show of a trial, kept in the study (its record may be on
-    another machine)."""
+    another machine): ``val_best`` is the best validation value of the objective's metric,
+    which a task without accuracy has in place of ``val_accuracy``."""
     evaluated = [e["val_accuracy"] for e in record["epochs"] if e.get("val_accuracy") is not None]
     derived = record["derived"]
     peaks = record.get("memory", {}).get("peak_bytes_per_rank") or [None]
     return {"val_accuracy": max(evaluated) if evaluated else None,
+            "val_best": objectives.best_of(record, objective, maximize),
             "epochs": len(record["epochs"]), "training_s": record["summary"]["total_time_s"],
             "global_batch": derived["global_batch"],
             "per_device_batch": derived["per_device_batch"],
@@ -161,21 +171,14 @@ def facts_of(record: dict) -> dict[str, Any]:
             "record": str(Path(record["config"]["out"]).resolve() / "record.json")}
 
 
-def objective_value(record: dict, objective: str) -> float:
-    """Best validation accuracy, or seconds to the target (infinite when never reached)."""
-    if objective == "accuracy":
-        return facts_of(record)["val_accuracy"]
-    tta = record.get("time_to_accuracy") or {}
-    return tta["elapsed_s"] if tta.get("reached") else math.inf
+def objective_value(record: dict, objective: str, maximize: bool = True) -> float | None:
+    """Best validation value of the objective's metric, or seconds to the target (infinite
+    when never reached)."""
+    return objectives.value_of(record, objective, maximize)
 
 
 def describe_value(objective: str, value: float | None) -> str:
-    if value is None:
-        return "no value"
-    if objective == "accuracy":
-        return f"validation accuracy {value:.2%}"
-    return "target not reached" if math.isinf(value) else f"target reached in {value:.1f} s"
-
+    return objectives.describe(objective, value)
 
 def _keep_best_model(search: Search) -> None:
     """Only the best trial's model is kept (the one the test set is evaluated on)."""

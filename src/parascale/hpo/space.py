@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from parascale import sync
-from parascale.config import TrainConfig, field_kinds, validate
+from parascale.config import TrainConfig, field_kinds
 from parascale.errors import UsageError
+from parascale.studydb import clip
+from parascale.validation import validate
 
 #: what the search itself decides for every trial, or what does not change a trial's outcome
 NOT_SEARCHED = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "port",
@@ -52,7 +54,7 @@ class Param:
 
     def describe(self) -> str:
         if self.choices is not None:
-            return f"{self.name} in {', '.join(map(str, self.choices))}"
+            return f"{self.name} in {clip(', '.join(map(str, self.choices)))}"
         scale = "log-uniform" if self.log else "uniform"
         kind = "integer " if self.integer else ""
         return f"{self.name} {kind}{scale} in [{self.low:g}, {self.high:g}]"
@@ -84,16 +86,16 @@ def _name(raw: Any, where: str) -> tuple[str, Any]:
 
         close = difflib.get_close_matches(name, list(kinds), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
-        raise UsageError(f"{where}: unknown option {name!r}{hint}")
+        raise UsageError(f"{where}: unknown option {clip(repr(name))}{hint}")
     return name, kinds[name]
 
 
 def _number(text: Any, where: str) -> float:
-    from parascale.bench.plan import parse_value
+    from parascale.bench.values import parse_value
 
     value = parse_value(text) if isinstance(text, str) else text
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UsageError(f"{where}: expected a finite number, got {text!r}")
+        raise UsageError(f"{where}: expected a finite number, got {clip(repr(text))}")
     return value
 
 
@@ -122,15 +124,15 @@ def _choices(name: str, values: list[Any], where: str) -> Param:
     for value in values:
         if not isinstance(value, (int, float, str, bool)) or value is None:
             raise UsageError(f"{where}: {name}'s choices are numbers, words or true/false, "
-                             f"got {value!r}")
+                             f"got {clip(repr(value))}")
     return Param(name, choices=tuple(values))
 
 
 def parse_param(text: str) -> Param:
     """``--param NAME=SPEC``."""
-    from parascale.bench.plan import parse_value
+    from parascale.bench.values import parse_value
 
-    where = f"--param {text!r}"
+    where = f"--param {clip(repr(text))}"
     raw, sep, spec = text.partition("=")
     if not sep or not spec.strip():
         raise UsageError(f"{where}: expected NAME=A,B,C or NAME=LOW:HIGH[:log], "
@@ -149,7 +151,7 @@ def parse_param(text: str) -> Param:
 
 def load_space(path: str | os.PathLike[str]) -> list[Param]:
     """``--space FILE``: a mapping of option names to their values or range."""
-    from parascale.bench.plan import read_file
+    from parascale.bench.studyfile import read_file
 
     data = read_file(path, "search space file", (".yaml", ".yml", ".json", ".toml"))
     where = f"search space file {str(path)!r}"
@@ -158,7 +160,7 @@ def load_space(path: str | os.PathLike[str]) -> list[Param]:
                          "(LOW:HIGH[:log], or low/high/log)")
     params = []
     for raw, spec in data.items():
-        name, kind = _name(raw, f"{where}, {raw}")
+        name, kind = _name(raw, f"{where}, {clip(str(raw))}")
         at = f"{where}, {name}"
         if isinstance(spec, list):
             params.append(_choices(name, spec, at))
@@ -168,11 +170,11 @@ def load_space(path: str | os.PathLike[str]) -> list[Param]:
                 and {"low", "high"} <= set(spec):
             log = spec.get("log", False)
             if not isinstance(log, bool):
-                raise UsageError(f"{at}: log is true or false, got {log!r}")
+                raise UsageError(f"{at}: log is true or false, got {clip(repr(log))}")
             params.append(_range(name, kind, spec["low"], spec["high"], log, at))
         else:
             raise UsageError(f"{at}: expected a list of values, 'LOW:HIGH[:log]' or "
-                             f"{{low, high, log}}, got {spec!r}")
+                             f"{{low, high, log}}, got {clip(repr(spec))}")
     return params
 
 
@@ -243,7 +245,8 @@ def check(space: list[Param], fixed: Mapping[str, Any], verify=None) -> None:
             try:
                 verify(config(fixed, chosen))
             except UsageError as exc:
-                raise UsageError(f"{param.describe()}: with {param.name}={value!r}: {exc}") \
+                raise UsageError(f"{param.describe()}: with {param.name}={clip(repr(value))}: "
+                                 f"{exc}") \
                     from None
 
 

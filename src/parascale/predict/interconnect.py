@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parascale.errors import UsageError
+from parascale.predict import limits
 from parascale.record import COMM_SCHEMA
 
 
@@ -161,10 +162,20 @@ def fit_comm(record: Any, where: str = "--comm") -> Link:
     if not isinstance(n, int) or n < 2 or not isinstance(results, list):
         raise UsageError(f"{where}: the comm record has no world_size of 2 or more, or no "
                          "results; measure again with 'parascale comm --workers N'")
-    rows = [(r["op"], n, float(r["bytes"]), float(r["time_s"])) for r in results
-            if isinstance(r, dict) and r.get("op") in ("allreduce", "all_gather", "broadcast",
-                                                       "reduce")
-            and _positive(r.get("bytes")) and _positive(r.get("time_s"))]
+    limits.field(where, "world_size", n, 2, limits.MAX_COUNT, "workers")
+    rows = []
+    for i, r in enumerate(results):
+        if not isinstance(r, dict) or r.get("op") not in ("allreduce", "all_gather", "broadcast",
+                                                          "reduce"):
+            continue
+        size, time = r.get("bytes"), r.get("time_s")
+        if not (_positive(size) and _positive(time)):
+            continue  # a row that measured nothing
+        rows.append((r["op"], n,
+                     limits.field(where, f"results[{i}].bytes", size, 1, limits.MAX_BYTES,
+                                  "bytes"),
+                     limits.field(where, f"results[{i}].time_s", time, 1e-12, limits.MAX_SECONDS,
+                                  "seconds")))
     used = [r for r in rows if r[0] == "allreduce"] or rows
     if len({r[2] for r in used}) < 2:
         raise UsageError(f"{where}: the comm record has {len(used)} usable row(s) at "
@@ -187,8 +198,8 @@ def fit_comm(record: Any, where: str = "--comm") -> Link:
 
 
 def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and math.isfinite(value) and value > 0
+    """A number above 0, infinite or huge included (those are refused by name)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _size(n: int) -> str:

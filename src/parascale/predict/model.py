@@ -5,6 +5,8 @@ A step on N devices at per-device batch b is
     t(N, b) = work(b) + wait(N) + exposed(N, b)
     work(b) = compute(b) + other             (compute: data + forward + backward;
                                               other: optimizer step and the rest of the step)
+    compute at N = compute(b)·k(N)           k(N): a study's contention baseline at N (same
+                                              processes, no exchange) over compute(b); else 1
     wait(N) = σ·g(N) / √H                    (waiting for the slowest of N devices)
     exposed = max(0, C(N) − φ·compute(b))    for a strategy that overlaps with backward (DDP)
             = C(N)                           for one that exchanges after backward
@@ -50,7 +52,8 @@ class Input:
     source: str
 
     def line(self) -> str:
-        value = f"{self.value:.4g}" if isinstance(self.value, float) else str(self.value)
+        value = f"{self.value:.4g}" if isinstance(self.value, (int, float)) \
+            and not isinstance(self.value, bool) else str(self.value)
         return f"{self.name} = {value}{' ' + self.unit if self.unit else ''}  " \
                f"[{self.how}] {self.source}"
 
@@ -112,7 +115,17 @@ class Model:
     noise_scale: float | None = None
     spread_s: float = 0.0
     """σ: standard deviation of one device's per-step compute time."""
+    contention: dict[int, float] = field(default_factory=dict)
+    """Per N: a study's contention baseline's measured compute over the reference compute at
+    the same per-device batch (N processes sharing a machine slow each other's compute);
+    an N not in it keeps the reference compute (:mod:`parascale.predict.contention`)."""
     inputs: list[Input] = field(default_factory=list)
+
+    def compute(self, n: int, batch: float) -> float:
+        return self.work.compute(batch) * self.contention.get(n, 1.0)
+
+    def work_s(self, n: int, batch: float) -> float:
+        return self.compute(n, batch) + self.work.other_s
 
     def wait(self, n: int) -> float:
         if n <= 1 or self.spread_s <= 0:
@@ -136,11 +149,11 @@ class Model:
     def exposed(self, n: int, batch: float) -> float:
         c = self.comm(n)
         if self.strategy.overlaps:
-            return max(0.0, c - self.overlap * self.work.compute(batch))
+            return max(0.0, c - self.overlap * self.compute(n, batch))
         return c
 
     def step(self, n: int, batch: float) -> float:
-        return self.work.total(batch) + self.wait(n) + self.exposed(n, batch)
+        return self.work_s(n, batch) + self.wait(n) + self.exposed(n, batch)
 
     def point(self, mode: str, n: int, batch: float, reference_batch: float) -> Point:
         """N devices at per-device ``batch``; the reference is one device at ``reference_batch``
@@ -154,7 +167,7 @@ class Model:
             steps_factor = (1 + self.noise_scale / (n * batch)) / \
                 (1 + self.noise_scale / reference_batch)
             tta = speedup / (steps_factor * n * batch / reference_batch)
-        return Point(mode, n, batch, n * batch, self.work.total(batch), self.comm(n),
+        return Point(mode, n, batch, n * batch, self.work_s(n, batch), self.comm(n),
                      self.exposed(n, batch), self.wait(n), step, throughput, speedup, speedup / n,
                      steps_factor, tta)
 

@@ -6,17 +6,21 @@ import io
 import json
 from typing import TYPE_CHECKING
 
+from parascale.predict import utilisation
+
 if TYPE_CHECKING:
     from parascale.predict import Prediction
 
 SCHEMA = "parascale.prediction/1"
 CSV_FIELDS = ("mode", "workers", "per_device_batch", "global_batch", "work_s", "wait_s",
               "comm_s", "exposed_s", "step_s", "throughput", "speedup", "efficiency",
-              "steps_factor", "tta_speedup")
+              "steps_factor", "tta_speedup", "mfu")
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g}" if seconds < 10 else f"{seconds * 1e3:.0f}"
+    # whole milliseconds up to seven digits, then 1.2e+30 rather than thirty digits
+    ms = seconds * 1e3
+    return f"{ms:.3g}" if ms < 1e4 or ms >= 1e7 else f"{ms:.0f}"
 
 
 def _batch(b: float) -> str:
@@ -26,6 +30,8 @@ def _batch(b: float) -> str:
 def format_prediction(pred: Prediction) -> str:
     lines = [f"Prediction for {pred.subject}", "", "Inputs (how each is known):"]
     lines += [f"  {i.line()}" for i in pred.model.inputs]
+    if pred.flops:
+        lines += [f"  {line}" for line in utilisation.input_lines(pred.flops)]
     for mode, points in pred.curves.items():
         if not points:
             continue
@@ -34,7 +40,8 @@ def format_prediction(pred: Prediction) -> str:
                   f"{'N':>6}{'b/dev':>8}{'compute ms':>12}{'wait ms':>9}{'exposed ms':>12}"
                   f"{'comm ms':>10}"
                   f"{'step ms':>10}{'samples/s':>12}{'speedup':>9}{'eff.':>8}"
-                  + (f"{'steps x':>9}{'TTA speedup':>13}" if noise else "")]
+                  + (f"{'steps x':>9}{'TTA speedup':>13}" if noise else "")
+                  + (f"{'MFU':>8}" if pred.flops else "")]
         for p in points:
             line = (f"{p.workers:>6}{_batch(p.per_device_batch):>8}{_ms(p.work_s):>12}"
                     f"{_ms(p.wait_s):>9}{_ms(p.exposed_s):>12}{_ms(p.comm_s):>10}"
@@ -42,6 +49,8 @@ def format_prediction(pred: Prediction) -> str:
                     f"{p.throughput:>12.4g}{p.speedup:>9.3g}{p.efficiency:>8.1%}")
             if noise:
                 line += f"{p.steps_factor:>9.3g}{p.tta_speedup:>13.3g}"
+            if pred.flops:
+                line += f"{utilisation.mfu(p.throughput, p.workers, pred.flops):>8.1%}"
             lines.append(line)
     lines += ["", "compute: data + forward + backward + optimizer (no exchange); wait: for the "
               "slowest device; comm: the exchange's modelled time per step; exposed: what of it "
@@ -72,7 +81,9 @@ def to_csv(pred: Prediction) -> str:
     writer.writeheader()
     for points in pred.curves.values():
         for p in points:
-            writer.writerow({k: v for k, v in p.to_dict().items() if k in CSV_FIELDS})
+            writer.writerow({**{k: v for k, v in p.to_dict().items() if k in CSV_FIELDS},
+                             "mfu": utilisation.mfu(p.throughput, p.workers, pred.flops)
+                             if pred.flops else None})
     return buffer.getvalue()
 
 
@@ -95,7 +106,11 @@ def to_json(pred: Prediction) -> str:
                   "gpus_per_node": pred.model.per_node,
                   "noise_scale": pred.model.noise_scale},
         "curves": {mode: [p.to_dict() for p in points] for mode, points in pred.curves.items()},
+        "flops": pred.flops,
+        "mfu": {mode: [utilisation.mfu(p.throughput, p.workers, pred.flops) for p in points]
+                for mode, points in pred.curves.items()} if pred.flops else None,
         "measured": [c.to_dict() for c in pred.checks],
         "notes": pred.notes,
     }
-    return json.dumps(data, indent=2) + "\n"
+    # never Infinity or NaN (not JSON): predict refuses what would lead to them
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"

@@ -15,6 +15,7 @@ from statistics import median
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from parascale.report.load import RunRecord
+from parascale.report.tables import escaped
 
 
 def _learners(record: RunRecord) -> int | None:
@@ -48,9 +49,11 @@ def tta_by_batch(records: list[RunRecord], figure, colors):
         tta, batch = r.get("time_to_accuracy"), _batch(r)
         if isinstance(tta, dict) and batch:
             found[_series(r)][batch].append(tta)
-    targets = {t["target"] for by in found.values() for ts in by.values() for t in ts}
+    targets = {(t["target"], t.get("metric", "accuracy"), t.get("higher_is_better", True))
+               for by in found.values() for ts in by.values() for t in ts}
     if len({b for by in found.values() for b in by}) < 2 or len(targets) != 1:
         return None
+    target, metric, higher = next(iter(targets))
     fig, ((ax,),) = figure()
     missed = []
     for i, (name, by_batch) in enumerate(sorted(found.items())):
@@ -62,10 +65,11 @@ def tta_by_batch(records: list[RunRecord], figure, colors):
                 ys.append(median(reached))
             else:
                 missed.append(f"{name} at {batch}")
-        ax.plot(xs, ys, marker="o", color=colors[i % len(colors)], label=name)
+        ax.plot(xs, ys, marker="o", color=colors[i % len(colors)], label=escaped(name))
     _log2_axis(ax, [b for by in found.values() for b in by])
     ax.set_xlabel("batch per learner (sma) or per device (others), log-2 scale")
-    ax.set_ylabel(f"training time to {next(iter(targets)):.0%} test accuracy (s)")
+    ax.set_ylabel(f"training time to {target:.0%} test accuracy (s)" if metric == "accuracy"
+                  else f"training time to {metric} {'≥' if higher else '≤'} {target:g} (s)")
     ax.legend(title="strategy")
     caption = ("Median time to the target over the repeats (the first evaluation reaching it). "
                + (f"Not reached in every repeat, left out: {'; '.join(missed)}." if missed
@@ -95,7 +99,7 @@ def learner_gain(records: list[RunRecord], figure, colors):
             ref = median(by_m[ms[0]])
             ax.plot(ms, [median(by_m[m]) / ref for m in ms], marker="o",
                     color=colors[i % len(colors)],
-                    label=f"{key[1]}, {key[2]} worker(s), batch {key[3]}")
+                    label=escaped(f"{key[1]}, {key[2]} worker(s), batch {key[3]}"))
         _log2_axis(ax, [m for by_m in groups.values() for m in by_m])
         ax.set_xlabel("learners per device (log-2 scale)")
         ax.set_ylabel("throughput relative to the fewest learners")
@@ -106,7 +110,7 @@ def learner_gain(records: list[RunRecord], figure, colors):
         for i, r in enumerate(tuned):
             steps = [d for d in r.get("sync", "tuning") if d.get("gain") is not None]
             ax.plot([d["learners"] for d in steps], [100 * d["gain"] for d in steps], marker="o",
-                    color=colors[i % len(colors)], label=f"{r.model}, {r.workers} worker(s)")
+                    color=colors[i % len(colors)], label=escaped(f"{r.model}, {r.workers} worker(s)"))
         threshold = tuned[0].get("config", "tune_threshold", default=0.1)
         ax.axhline(100 * threshold, linestyle="--", color="black", alpha=0.6,
                    label=f"threshold {threshold:.0%}")
@@ -138,7 +142,8 @@ def accuracy_by_learners(records: list[RunRecord], figure, colors):
                 marker=".", color=colors[counts.index(m) % len(colors)],
                 label=None if m in labelled else f"M={m}")
         labelled.add(m)
-    targets = {t for r in sma if isinstance(t := r.get("time_to_accuracy", "target"), float)}
+    targets = {t for r in sma if isinstance(t := r.get("time_to_accuracy", "target"), float)
+               and r.get("time_to_accuracy", "metric", default="accuracy") == "accuracy"}
     if len(targets) == 1:
         ax.axhline(100 * targets.pop(), linestyle="--", color="black", alpha=0.6, label="target")
     ax.set_xlabel("training time since first step (s; an auto-tuned run's tuning included)")

@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from parascale import precision
 from parascale.report.load import RunRecord
 
 # what --profile writes; anything else in a record's list is not linked (a record is input)
@@ -38,6 +39,25 @@ def noise_text(noise: dict) -> str:
     return f"{noise['noise_scale']:,.0f}{spread}" + (f" (epoch {epoch})" if epoch else "")
 
 
+def _verdict(record: RunRecord, noise: dict) -> precision.Verdict:
+    """How precise the section's figure is: its standard error, and the steps of its epoch
+    (``noise_steps`` of the epoch entry the section names)."""
+    steps = next((e.get("noise_steps") for e in record.get("epochs", default=[])
+                  if isinstance(e, dict) and e.get("epoch") == noise.get("epoch")), None)
+    return precision.judge(noise.get("noise_scale"), noise.get("noise_scale_se"), steps)
+
+
+def advice_text(record: RunRecord, noise: dict) -> str:
+    """The record's advice where its figure is precise enough to carry it; otherwise why not,
+    and about how many steps would do ('' when the record gives none)."""
+    advice = noise.get("advice") if isinstance(noise.get("advice"), str) else ""
+    verdict = _verdict(record, noise)
+    if not verdict.known:
+        return advice and (f"{advice} (how precise: unknown, the record gives no standard "
+                           "error or step count)")
+    return advice if verdict.precise else verdict.reason("the noise scale")
+
+
 def _measured(records: list[RunRecord]) -> list[tuple[RunRecord, dict]]:
     return [(r, n) for r in records if r.status == "ok" and (n := _noise(r)) is not None]
 
@@ -54,7 +74,7 @@ def noise_sentences(records: list[RunRecord]) -> list[str]:
         runs.sort(key=lambda pair: (pair[1].get("global_batch") or 0, pair[0].config_id))
         figures = "; ".join(f"{_label(r)} at global batch {noise.get('global_batch')}: "
                             f"{noise_text(noise)}" for r, noise in runs)
-        advice = runs[-1][1].get("advice")
+        advice = advice_text(*runs[-1])
         out.append(f"Gradient noise scale of {model} on {dataset} (samples; McCandlish et al. "
                    f"2018): {figures}." + (f" By the last: {advice}." if advice else ""))
     return out
@@ -68,7 +88,7 @@ def noise_rows(records: list[RunRecord]) -> list[list[str]]:
         noise = r.get("noise")
         if r.status != "ok" or not isinstance(noise, dict):
             continue
-        said = (noise_text(noise), noise.get("advice") or "") if _noise(r) else \
+        said = (noise_text(noise), advice_text(r, noise)) if _noise(r) else \
             ("—", noise.get("reason") or "not measured")
         rows.append([_label(r), str(r.workers), str(noise.get("global_batch")), *said])
     return rows

@@ -157,7 +157,7 @@ def _configurations(loaded: Loaded) -> str:
         seen[(r.study, r.model, r.dataset, r.scaling or "—", r.sync, r.baseline)].append(r)
     body = []
     for (study, model, dataset, scaling, sync, baseline), records in seen.items():
-        statuses = defaultdict(int)
+        statuses: defaultdict[str, int] = defaultdict(int)
         for r in records:
             statuses[r.status] += 1
         body.append([study, model + (" (baseline: no gradient exchange)" if baseline else ""),

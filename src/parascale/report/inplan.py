@@ -36,10 +36,11 @@ def keep_planned(loaded: Loaded) -> Loaded:
             continue
         runs = (source.path / "runs").resolve()
 
+        # called at once, in this iteration, by the comprehension below
         def outside(path: Path, label: str) -> bool:
             folder = path.parent if path.name == "record.json" else path
             return label == source.label and folder.resolve().parent == runs \
-                and folder.name not in folders
+                and folder.name not in folders  # noqa: B023
 
         apart: list[RunRecord | Problem] = [r for r in loaded.records
                                             if outside(r.path, r.study)]

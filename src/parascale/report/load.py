@@ -64,11 +64,21 @@ class RunRecord:
 
     @property
     def model(self) -> str:
-        return str(self.get("config", "model", default="?"))
+        """The model, or a user's task (``--task module:function``), which brings its own."""
+        return str(self.get("config", "task", default=None) or
+                   self.get("config", "model", default="?"))
 
     @property
     def dataset(self) -> str:
+        if self.get("config", "task", default=None):
+            return "its own data"
         return str(self.get("config", "dataset", default="?"))
+
+    def task_fact(self, key: str, kind: type | tuple, default: Any) -> Any:
+        """One fact of the record's ``task`` section (unit, units_per_sample, judge), or
+        ``default`` for a record of an image task from before tasks, or a wrong type."""
+        value = self.get("task", key, default=default)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
     @property
     def sync(self) -> str:

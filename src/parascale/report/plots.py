@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -22,13 +23,13 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 from parascale.files import atomic_write_bytes
 from parascale.report import crossbow
 from parascale.report.rows import GroupKey, Range, Row, grouped
-from parascale.report.tables import loss_text
+from parascale.report.tables import escaped, loss_text
 
-STYLE = {
+STYLE: Any = {  # matplotlib types its keys as one Literal per setting
     "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
     "font.size": 10, "legend.fontsize": 8, "svg.hashsalt": "parascale",  # stable SVG ids
 }
-COLORS = list(matplotlib.colormaps["tab10"].colors)
+COLORS = list(matplotlib.colormaps["tab10"].colors)  # type: ignore[attr-defined]
 # Legend and title text from records is cut to this: matplotlib lays text out glyph by glyph for
 # every rendering, and a 9,000-character model name took 25 s of CPU to draw (20,000: 40 s).
 MAX_LABEL = 80
@@ -83,7 +84,9 @@ def series_labels(keys: list[GroupKey]) -> dict[GroupKey, str]:
     varying = [f for f in fields if f == "model" or len({getattr(k, f) for k in keys}) > 1]
     words = {"scaling": lambda v: f"{v or 'unknown'} scaling", "sync": lambda v: f"sync {v}",
              "study": lambda v: f"[{v}]", "variant": lambda v: f"({v})" if v else ""}
-    labels = {k: _short(" ".join(words.get(f, str)(getattr(k, f)) for f in varying)) for k in keys}
+    # escaped: a tab or newline from a record has no glyph (a warning per rendering)
+    labels = {k: _short(escaped(" ".join(words.get(f, str)(getattr(k, f)) for f in varying)))
+              for k in keys}
     # a '$' in a model name would switch matplotlib to math mode (and can fail to parse)
     return {k: label.replace("$", r"\$") for k, label in labels.items()}
 
@@ -154,26 +157,30 @@ def _epoch_time(groups, labels, colors):
 def _throughput(groups, labels, colors):
     fig, axes = _figure()
     ax = axes[0][0]
+    # in the tasks' unit when every series counts the same one (tokens/s); else samples/s
+    units = {(r.unit, r.units_per_sample) for rows in groups.values() for r in rows}
+    unit, k = next(iter(units)) if len(units) == 1 else ("samples", 1.0)
     for key, rows in groups.items():
         ns = [r.workers for r in rows]
-        x = [r.throughput for r in rows]
-        spread = [[r.throughput - r.throughput_min for r in rows],
-                  [r.throughput_max - r.throughput for r in rows]]
+        x = [k * r.throughput for r in rows]
+        spread = [[k * (r.throughput - r.throughput_min) for r in rows],
+                  [k * (r.throughput_max - r.throughput) for r in rows]]
         ax.errorbar(ns, x, yerr=spread, marker="o", capsize=3, color=colors[key], label=labels[key])
         ref = rows[0]
-        ax.plot(ns, [ref.reference_throughput * n / ref.reference_workers for n in ns],
+        ax.plot(ns, [k * ref.reference_throughput * n / ref.reference_workers for n in ns],
                 linestyle="--", color=colors[key], alpha=0.5)
         based = [r for r in rows if r.baseline_throughput is not None]
         if based:
-            ax.errorbar([r.workers for r in based], [r.baseline_throughput for r in based],
-                        yerr=_yerr([r.baseline_throughput for r in based],
-                                   [_spread_range(r.baseline_spread) for r in based]),
+            ranges = [_spread_range(r.baseline_spread) for r in based]
+            ax.errorbar([r.workers for r in based], [k * r.baseline_throughput for r in based],
+                        yerr=_yerr([k * r.baseline_throughput for r in based],
+                                   [None if g is None else (k * g[0], k * g[1]) for g in ranges]),
                         marker="s", linestyle=":", capsize=3, color=colors[key], alpha=0.8,
                         label=f"{labels[key]}: baseline (no gradient exchange)")
     ax.plot([], [], linestyle="--", color="grey", label="ideal: X_ref · N / N_ref")
     _worker_axis(ax, _all_ns(groups))
     ax.set_ylim(bottom=0)
-    ax.set_ylabel("global throughput (samples/s)")
+    ax.set_ylabel(f"global throughput ({escaped(unit)}/s)")
     ax.set_title("Throughput by number of workers")
     ax.legend()
     return (fig, "throughput", "Throughput",
@@ -408,6 +415,8 @@ def _spread_range(spread) -> Range | None:
 
 
 def _target(rows: list[Row]) -> float | None:
-    """The series' target accuracy, when its runs share one."""
-    targets = {r.tta_target for r in rows if r.tta_target is not None}
+    """The series' target accuracy, when its runs share one (a target on another metric is
+    not drawn on an accuracy axis)."""
+    targets = {r.tta_target for r in rows if r.tta_target is not None
+               and r.tta_metric == "accuracy"}
     return next(iter(targets)) if len(targets) == 1 else None

@@ -136,6 +136,17 @@ class Row:
     baseline_spread: Spread | None = None  # of the baseline's throughput
     baseline_runs: int = 0
     baselines: tuple[RunRecord, ...] = field(repr=False, compare=False, default=())
+    # the task's: throughput's unit, the metric that judges it (the image tasks': accuracy)
+    unit: str = "samples"
+    units_per_sample: float = 1.0
+    judge: str = "accuracy"
+    judge_value: float | None = None  # its final test value (validation without one), median
+    tta_metric: str = "accuracy"
+    tta_higher: bool = True
+    # the model's FLOPs per step (torch's counter) and the utilisation of the devices' peak
+    flops_per_step: float | None = None
+    mfu: float | None = None  # median over the runs
+    mfu_measured_peak: bool = False  # a CPU's peak, measured by a matrix multiply
 
     @property
     def per_device_throughput(self) -> float:
@@ -327,6 +338,9 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
     t = [_num(r, "summary", "steady_epoch_time_s") for r in runs]
     tta = [r.get("time_to_accuracy") for r in runs if isinstance(r.get("time_to_accuracy"), dict)]
     reached = [d for d in tta if d.get("reached")]
+    first = runs[0]
+    per = first.task_fact("units_per_sample", (int, float), 1.0)
+    judge = first.task_fact("judge", str, "accuracy")
     return Row(
         key=key, workers=n, runs=len(runs), mode=mode, inferred=inferred,
         per_device_batch=runs[0].get("derived", "per_device_batch"),
@@ -348,7 +362,24 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
         spread=throughput_spread(runs), reference_spread=ref_spread,
         baseline_spread=throughput_spread(base) if base else None, baseline_runs=len(base),
         baselines=tuple(base),
+        unit=first.task_fact("unit", str, "samples"),
+        units_per_sample=float(per) if per > 0 else 1.0, judge=judge,
+        judge_value=_median(_final(r, judge) for r in runs),
+        tta_metric=str(tta[0].get("metric", "accuracy")) if tta else "accuracy",
+        tta_higher=tta[0].get("higher_is_better", True) is not False if tta else True,
+        flops_per_step=_median(_num(r, "summary", "flops_per_step") for r in runs),
+        mfu=_median(_num(r, "summary", "mfu") for r in runs),
+        mfu_measured_peak=runs[0].get("flops", "peak_measured") is True,
     )
+
+
+def _final(record: RunRecord, metric: str) -> float | None:
+    """The run's last evaluated value of ``metric``: on the test set, else on validation."""
+    for split in ("test", "val"):
+        value = _num(record, "summary", "final_metrics", f"{split}_{metric}")
+        if value is not None:
+            return value
+    return _num(record, "summary", "final_test_accuracy") if metric == "accuracy" else None
 
 
 def _peak(record: RunRecord) -> float | None:

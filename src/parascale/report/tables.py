@@ -40,10 +40,11 @@ def _runs_cell(row: Row) -> str:
     return str(row.runs) + (f" ({spread.n} ep)" if spread and spread.source == "epochs" else "")
 
 
-def _throughput_cell(value: float, spread: Spread | None, runs: int) -> str:
-    text = f"{value:,.0f}"
+def _throughput_cell(value: float, spread: Spread | None, runs: int, per: float = 1.0) -> str:
+    """In the task's unit: ``per`` of them in a sample (tokens per sample; 1 for samples)."""
+    text = f"{value * per:,.0f}"
     if spread is not None and (runs > 1 or spread.low != spread.high):
-        text += f" ({spread.low:,.0f}–{spread.high:,.0f})"
+        text += f" ({spread.low * per:,.0f}–{spread.high * per:,.0f})"
     return text
 
 
@@ -82,8 +83,34 @@ def _sync_cell(row: Row) -> str:
 
 
 def _target_header(rows: list[Row]) -> str:
-    targets = {r.tta_target for r in rows if r.tta_target is not None}
-    return f"time to {next(iter(targets)):.0%}" if len(targets) == 1 else "time to acc"
+    targets = {(r.tta_target, r.tta_metric, r.tta_higher) for r in rows
+               if r.tta_target is not None}
+    if len(targets) != 1:
+        return "time to acc" if {t[1] for t in targets} <= {"accuracy"} else "time to target"
+    target, metric, higher = next(iter(targets))
+    if metric == "accuracy":
+        return f"time to {target:.0%}"
+    return f"time to {escaped(metric)} {'≥' if higher else '≤'} {target:g}"
+
+
+def _judged_header(rows: list[Row]) -> str:
+    """'test acc' for the image tasks; the name of the metric that judges a user's task."""
+    judges = {r.judge for r in rows}
+    return "test acc" if judges == {"accuracy"} or len(judges) != 1 else \
+        f"test {escaped(next(iter(judges)))}"
+
+
+def _judged_cell(row: Row) -> str:
+    if row.judge == "accuracy":
+        return "—" if row.test_accuracy is None else f"{row.test_accuracy:.1%}"
+    return "—" if row.judge_value is None else f"{row.judge_value:.4g}"
+
+
+def _unit_header(header: str, rows: list[Row]) -> str:
+    """'samples/s' in the group's unit ('tokens/s'); mixed units keep the word samples."""
+    units = {r.unit for r in rows}
+    return header.replace("samples/s", f"{escaped(next(iter(units)))}/s") \
+        if len(units) == 1 else header
 
 
 # (header, cell, shown when) for every column; columns with nothing to show for a group are left
@@ -96,10 +123,13 @@ COLUMNS: list[tuple[str, Callable[[Row], str], Callable[[Row], bool]]] = [
      lambda r: True),
     ("step p50 (ms)", lambda r: _ms(r.step_p50_s), lambda r: r.step_p50_s is not None),
     ("step p95 (ms)", lambda r: _ms(r.step_p95_s), lambda r: r.step_p95_s is not None),
-    ("samples/s", lambda r: _throughput_cell(r.throughput, r.spread, r.runs), lambda r: True),
-    ("per device", lambda r: f"{r.per_device_throughput:,.0f}", lambda r: True),
+    ("samples/s", lambda r: _throughput_cell(r.throughput, r.spread, r.runs,
+                                             r.units_per_sample), lambda r: True),
+    ("per device", lambda r: f"{r.per_device_throughput * r.units_per_sample:,.0f}",
+     lambda r: True),
     ("baseline samples/s", lambda r: "—" if r.baseline_throughput is None else
-     _throughput_cell(r.baseline_throughput, r.baseline_spread, r.baseline_runs),
+     _throughput_cell(r.baseline_throughput, r.baseline_spread, r.baseline_runs,
+                      r.units_per_sample),
      lambda r: r.baseline_throughput is not None),
     ("speedup", _speedup_cell, lambda r: True),
     ("efficiency", _efficiency_cell, lambda r: True),
@@ -108,11 +138,13 @@ COLUMNS: list[tuple[str, Callable[[Row], str], Callable[[Row], bool]]] = [
     ("lost: exchange", lambda r: loss_text(r.exchange_loss, r.exchange_range),
      lambda r: r.exchange_loss is not None),
     ("sync cost", _sync_cell, lambda r: r.sync_cost is not None),
-    ("test acc", lambda r: "—" if r.test_accuracy is None else f"{r.test_accuracy:.1%}",
-     lambda r: True),
+    ("test acc", _judged_cell, lambda r: True),
     ("time to acc", lambda r: _tta(r), lambda r: r.tta_runs > 0),
     ("peak mem", lambda r: "—" if r.peak_memory_bytes is None else
      f"{r.peak_memory_bytes / (1 << 20):,.0f} MiB", lambda r: r.peak_memory_bytes is not None),
+    ("MFU", lambda r: "—" if r.mfu is None else
+     f"{r.mfu:.1%}" + (" (measured peak)" if r.mfu_measured_peak else ""),
+     lambda r: r.mfu is not None),
 ]
 HEADERS = [header for header, _, _ in COLUMNS]
 
@@ -122,7 +154,8 @@ def table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     alone = len(rows) == 1  # nothing to compare with: a speedup of 1.00x would say nothing
     shown = [(h, cell) for h, cell, when in COLUMNS if any(when(r) for r in rows)
              and not (alone and h in ("speedup", "efficiency"))]
-    headers = [_target_header(rows) if h == "time to acc" else h for h, _ in shown]
+    named = {"time to acc": _target_header(rows), "test acc": _judged_header(rows)}
+    headers = [named.get(h) or _unit_header(h, rows) for h, _ in shown]
     return headers, [[cell(r) for _, cell in shown] for r in rows]
 
 
@@ -188,20 +221,21 @@ def format_terminal(rows: list[Row], unfinished: Iterable[RunRecord] = (),
     blocks = []
     for key, group in groups.items():
         headers, body = table(group)
-        blocks.append("\n".join(wrap(group_title(key, group, groups))
+        blocks.append("\n".join(wrap(escaped(group_title(key, group, groups)))
                                 + wrap(reference_note(group), indent="  ")
                                 + panels(headers, body)))
     busy = busy_lines(rows)
     if busy:
         blocks.append("\n".join(wrap(busy_sentence(rows))
-                                + [ln for line in busy for ln in wrap(line, indent="  ")]))
+                                + [ln for line in busy for ln in wrap(escaped(line), indent="  ")]))
     lost = issue_lines(unfinished, problems)
     if lost:
         # not wrapped: each line ends in a path, which a reader copies whole
-        blocks.append("Not finished or unreadable:\n" + "\n".join("  " + line for line in lost))
+        blocks.append("Not finished or unreadable:\n"
+                      + "\n".join("  " + escaped(line) for line in lost))
     outside = list(outside)
     if outside:
-        blocks.append(OUTSIDE + ":\n" + "\n".join("  " + line for line in outside))
+        blocks.append(OUTSIDE + ":\n" + "\n".join("  " + escaped(line) for line in outside))
     if not blocks:
         return "No finished runs."
     return _plain("\n\n".join(blocks))
@@ -245,17 +279,27 @@ def _md(text: str) -> str:
     """Keep user text (model names, reasons) from breaking the table or turning into markup."""
     for char in "\\|*`<>[]":  # not _: GFM ignores it inside words, and N_ref should stay legible
         text = text.replace(char, "\\" + char)
-    return _plain(text.replace("\n", " "))
+    return escaped(text)
 
 
 # Control characters other than tab and newline, and the bidirectional overrides: text from a
 # record must not be able to send escape sequences to a terminal or reorder what it shows.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# ... and tab and newline too, in one value (a cell, a label): there they would split a CSV or
+# Markdown row, and a plot's font has no glyph for them
+_CONTROL_IN_VALUE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def _plain(text: str) -> str:
-    """``text`` with control characters written as escapes (\\x1b), for terminals and files."""
+    """``text`` with control characters written as escapes (\\x1b), for terminals and files;
+    its lines (tab and newline) kept."""
     return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def escaped(text: str) -> str:
+    """One value from a record with every control character written as an escape (\\t, \\n,
+    \\x1b), so that it stays one cell, one line, one label."""
+    return _CONTROL_IN_VALUE.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 CSV_COLUMNS = [
@@ -274,6 +318,9 @@ CSV_COLUMNS += [
     "contention_loss_low", "contention_loss_high", "exchange_loss", "exchange_loss_low",
     "exchange_loss_high", "busy_runs", "peak_memory_bytes",
 ]
+# the task's unit and the metric that judges it (image tasks: samples, accuracy)
+CSV_COLUMNS += ["unit", "units_per_sample", "judge", "judge_value", "tta_metric"]
+CSV_COLUMNS += ["flops_per_step", "mfu", "mfu_peak_measured"]
 
 
 def _interval_columns(r: Row) -> dict[str, Any]:
@@ -289,7 +336,11 @@ def _interval_columns(r: Row) -> dict[str, Any]:
             **ends("sync_cost", r.sync_cost_range), "contention_loss": r.contention_loss,
             **ends("contention_loss", r.contention_range), "exchange_loss": r.exchange_loss,
             **ends("exchange_loss", r.exchange_range), "busy_runs": len(r.busy),
-            "peak_memory_bytes": r.peak_memory_bytes}
+            "peak_memory_bytes": r.peak_memory_bytes, "unit": r.unit,
+            "units_per_sample": r.units_per_sample, "judge": r.judge,
+            "judge_value": r.judge_value, "tta_metric": r.tta_metric,
+            "flops_per_step": r.flops_per_step, "mfu": r.mfu,
+            "mfu_peak_measured": int(r.mfu_measured_peak)}
 
 
 def format_csv(rows: list[Row], unfinished: Iterable[RunRecord] = (),
@@ -345,4 +396,4 @@ def _inert(value: Any) -> Any:
     if value is None or isinstance(value, (int, float)):
         return value
     text = str(value)
-    return ("'" if text.startswith(FORMULA_START) else "") + _plain(text)
+    return ("'" if text.startswith(FORMULA_START) else "") + escaped(text)

@@ -63,7 +63,7 @@ def sentences(rows: list[Row], unfinished: Iterable[RunRecord] = ()) -> list[str
     groups = grouped(rows)
     # an unfinished run has no measured settings to place it in a series: it joins the first
     # series of its family
-    first = {}
+    first: dict = {}
     for key in groups:
         first.setdefault(key._replace(variant=""), key)
     missing: dict[GroupKey, list[RunRecord]] = defaultdict(list)

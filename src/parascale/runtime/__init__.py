@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {"Outcome": "local", "check_oversubscription": "local", "launch": "local",
-          "open_store": "local", "World": "world", "external_launcher": "env",
+          "open_store": "rendezvous", "World": "world", "external_launcher": "env",
           "external_size": "env", "join": "world", "joined": "world", "leave": "world",
           "resolve_backend": "world", "resolve_device_type": "world"}
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-LOCAL_ENV = "PARASCALE_STORE_PORT"
+from parascale.runtime import contract
+
+LOCAL_ENV = contract.STORE_PORT
 
 
 def external_launcher() -> str | None:
@@ -18,6 +20,16 @@ def external_launcher() -> str | None:
             and int(os.environ.get("SLURM_NTASKS", "1")) > 1:
         return "slurm"
     return None
+
+
+def speaks() -> bool:
+    """Whether this process says what is wrong with the input: any process but the non-zero
+    ranks of a torchrun or srun world. Every rank there checks the same input (a --data-dir
+    only the compute nodes mount, missing on them too) and would print the same line."""
+    launcher = external_launcher()
+    if launcher is None:
+        return True
+    return os.environ.get("RANK" if launcher == "torchrun" else "SLURM_PROCID", "0") == "0"
 
 
 def external_size() -> int:
@@ -40,10 +52,11 @@ def cores_per_worker(workers: int) -> int:
 
 # What the local launcher tells a worker about checkpoints, its console log and its attempt
 # (torchrun and srun workers find their checkpoints and log in --out and their attempt below).
-CHECKPOINTS_ENV = "PARASCALE_CHECKPOINTS"  # the real DIR/checkpoints (the workers write a staging folder)
-LOG_ENV = "PARASCALE_LOG"  # the console log rank 0 appends to
-RESUME_ENV = "PARASCALE_RESUME"  # JSON: the checkpoint to continue from, and why
-ATTEMPT_ENV = "PARASCALE_ATTEMPT"  # 0 for the first start, k after the k-th restart
+# (the names are the contract's, runtime/contract.py)
+CHECKPOINTS_ENV = contract.CHECKPOINTS
+LOG_ENV = contract.LOG
+RESUME_ENV = contract.RESUME
+ATTEMPT_ENV = contract.ATTEMPT
 TORCHRUN_RESTARTS_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 

@@ -18,7 +18,9 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from parascale.errors import KnownFailure, UsageError
+from parascale.errors import KnownFailure, NoSpace, UsageError
+from parascale.files import full_disk
+from parascale.runtime import contract
 from parascale.runtime.processes import exit_now
 
 DETAIL_LIMIT = 20_000  # characters of traceback kept for the record
@@ -62,11 +64,12 @@ def repeats(exc: BaseException) -> bool:
 
 def write_error_file(exc: BaseException) -> None:
     """Leave the cause where the local launcher looks for it (no-op under torchrun or srun)."""
-    path = os.environ.get("PARASCALE_ERROR_FILE")
+    path = os.environ.get(contract.ERROR_FILE)
     if not path:
         return
     report = {"message": describe(exc), "secondary": is_secondary(exc),
-              "oom": is_out_of_memory(exc), "repeats": repeats(exc), "detail": detail(exc)}
+              "oom": is_out_of_memory(exc), "repeats": repeats(exc), "detail": detail(exc),
+              "no_space": isinstance(exc, NoSpace) or full_disk(exc) is not None}
     tmp = f"{path}.tmp"
     with open(tmp, "w") as handle:
         json.dump(report, handle)

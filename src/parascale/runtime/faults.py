@@ -36,18 +36,19 @@ from dataclasses import dataclass
 import torch
 
 from parascale.errors import UsageError
+from parascale.runtime import contract
 from parascale.runtime.env import attempt as current_attempt
 
-ENV = "PARASCALE_FAULT"
+ENV = contract.FAULT
 _FORM = re.compile(r"(kill|raise|hang|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)(?:/(\d+|\*))?"
-                   r"|oom@(\d+)")
+                   r"|oom@(\d+)", re.ASCII)  # \d alone would take '５', which int() reads
 CONDITIONS = ("slow", "oom")  # hold in every attempt; the other kinds are events
 EVERY = "*"
 
 
 def _items(text: str) -> list[tuple[str, int | None, float, int | str]]:
     """(kind, rank or None for every rank, step/seconds/batch, attempt or EVERY)."""
-    found = []
+    found: list[tuple[str, int | None, float, int | str]] = []
     for item in text.split(",") if text.strip() else []:
         match = _FORM.fullmatch(item.strip())
         if not match:

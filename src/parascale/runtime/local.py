@@ -1,6 +1,6 @@
 """Start N worker processes on this machine, watch them, and end the job when one fails.
 
-The launcher hosts the rendezvous TCPStore itself (:func:`open_store`: listening on loopback
+The launcher hosts the rendezvous TCPStore itself (:func:`.rendezvous.open_store`: listening on loopback
 only, on a port the operating system chooses or the user's ``--port``) and passes that port to
 the workers: no free-port guessing, so no race between choosing a port and binding it. Each
 worker runs ``<module>`` as ``python -m`` would, forked from the fork server
@@ -31,13 +31,10 @@ store would still hold the failed attempt's keys (its peers' addresses, its barr
 """
 from __future__ import annotations
 
-import datetime
-import errno
 import json
 import os
 import shutil
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,12 +44,11 @@ import torch.distributed as dist
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
-from parascale.runtime import memory, processes
+from parascale.runtime import contract, memory, processes
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.scratch import make_dir, sweep
-from parascale.runtime.world import LOCAL_ENV
+from parascale.runtime.rendezvous import LOOPBACK, address_towards, open_store  # noqa: F401
 
-LOOPBACK = "127.0.0.1"
 GRACE_S = 5.0  # how long an interrupted job's workers may take to exit before they are killed
 SETTLE_S = 0.5  # after the first failure, wait this long for the root cause to report
 POLL_S = 0.05
@@ -78,63 +74,12 @@ class Outcome:
     ended_at: float = field(default_factory=time.time)
     #: the failed attempts before this one, each followed by a restart (oldest first)
     earlier: list[Outcome] = field(default_factory=list)
+    #: the failing rank found its disk full (a result or checkpoint it could not write)
+    no_space: bool = False
 
     @property
     def restartable(self) -> bool:
         return self.status == "failed" and not self.repeats
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def open_store(port: int | None = None, host: str = LOOPBACK,
-               timeout_s: float = 60.0) -> dist.TCPStore:
-    """Host a TCPStore that listens on ``host`` alone: loopback unless a multi-node world names
-    its address. ``port`` None lets the operating system choose; a busy one is a UsageError.
-
-    torch's own server listens on every interface whatever ``host`` says, so the socket is bound
-    here and handed over (``master_listen_fd``). A host that is not an address of this machine
-    (a torchrun world whose rank 0 is not on MASTER_ADDR) is replaced by this machine's address
-    on the route towards it, the one interface its peers reach: the store's ``host`` says which.
-    """
-    try:
-        try:
-            sock = _listen(host, port or 0)
-        except OSError as exc:
-            if exc.errno != errno.EADDRNOTAVAIL or host == LOOPBACK:
-                raise
-            host = address_towards(host)
-            sock = _listen(host, port or 0)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE and port:
-            raise UsageError(f"--port {port} is already in use on {host}; choose another "
-                             "port or leave --port out to let parascale pick a free one") from None
-        else:
-            raise UsageError(f"cannot listen on {host}:{port or 0}: "
-                             f"{exc.strerror or exc}") from None
-    bound = sock.getsockname()[1]
-    return dist.TCPStore(host, bound, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=timeout_s),
-                         master_listen_fd=sock.detach())  # the store closes it
-
-
-def address_towards(host: str) -> str:
-    """This machine's address on the route to ``host``: connecting a UDP socket sends nothing,
-    but makes the kernel choose the interface and its source address."""
-    family, _, _, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        probe.connect(address)
-        return probe.getsockname()[0]
 
 
 def check_oversubscription(workers: int, threads: int, cores: int, servers: int = 0,
@@ -191,9 +136,9 @@ class LocalJob:
     def _start(self) -> None:
         for rank in range(self.size):
             wenv = {**os.environ, **self.env,
-                    LOCAL_ENV: str(self.store.port), "PARASCALE_RANK": str(rank),
-                    "PARASCALE_WORLD_SIZE": str(self.size), "PARASCALE_LOCAL_RANK": str(rank),
-                    "PARASCALE_ERROR_FILE": str(self.tmp / f"rank{rank}.error.json"),
+                    contract.STORE_PORT: str(self.store.port), contract.RANK: str(rank),
+                    contract.WORLD_SIZE: str(self.size), contract.LOCAL_RANK: str(rank),
+                    contract.ERROR_FILE: str(self.tmp / f"rank{rank}.error.json"),
                     "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
             # gloo otherwise listens on whatever the host name resolves to
             wenv.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -235,7 +180,8 @@ class LocalJob:
         if primary:
             rank = primary[0]
             return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank,
-                           reports[rank].get("detail"), bool(reports[rank].get("repeats")))
+                           reports[rank].get("detail"), bool(reports[rank].get("repeats")),
+                           no_space=bool(reports[rank].get("no_space")))
         if running_then:
             rank = running_then[0]
             others = ", ".join(map(str, sorted(reports)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import psutil
@@ -122,7 +123,7 @@ def load(a: CpuCounters, b: CpuCounters, own_s: float) -> dict[str, float]:
             "steal_cores": max(0.0, b.steal_s - a.steal_s) / seconds}
 
 
-def process_times(exclude: set[int] = frozenset()) -> dict[int, tuple[float, str]]:
+def process_times(exclude: AbstractSet[int] = frozenset()) -> dict[int, tuple[float, str]]:
     """CPU-seconds so far and a short description of every process but ``exclude``."""
     found = {}
     for proc in psutil.process_iter(["pid", "name", "cmdline", "cpu_times"]):

@@ -18,6 +18,10 @@ Die with the launcher: the server dies with the launcher, and each child with th
 (Linux's parent-death signal, see :mod:`.fork_server_init`). Processes
 that need a fresh interpreter (parameter servers) are started with :func:`start_command`.
 
+Where this Python lacks one of the private parts of ``multiprocessing`` this relies on
+(:mod:`.mp_private`), each process is started as a fresh interpreter instead (:func:`start_module`
+says how), the same in all but start-up time.
+
 This module imports neither torch nor the rest of the runtime, so that a launcher can start the
 fork server before its own ``import torch``, and both imports run at once.
 """
@@ -34,6 +38,8 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
+
+from parascale.runtime import mp_private
 
 #: what the fork server imports once: everything a training or comm worker imports on start
 #: (not the worker modules themselves: runpy would warn that they were imported before it ran them).
@@ -63,10 +69,10 @@ def _short_socket_folder() -> None:
     """Under a long $TMPDIR the fork server cannot bind its socket ("AF_UNIX path too long"):
     multiprocessing's folder then goes to /tmp, removed at exit as its own would be."""
     import tempfile
-    from multiprocessing import process, util
+    from multiprocessing import util
 
-    config = process.current_process()._config
-    if "tempdir" in config or len(os.fsencode(tempfile.gettempdir())) <= LONGEST_TMPDIR \
+    config = mp_private.process_config()
+    if config is None or "tempdir" in config or len(os.fsencode(tempfile.gettempdir())) <= LONGEST_TMPDIR \
             or not os.path.isdir("/tmp"):
         return
     folder = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
@@ -77,9 +83,12 @@ def _short_socket_folder() -> None:
 
 def warm() -> None:
     """Start the fork server now, without waiting for its imports: they overlap whatever this
-    process does next. Idempotent; a server that died is started again."""
+    process does next. Idempotent; a server that died is started again. Nothing where processes
+    start as fresh interpreters (:func:`start_module`)."""
     from multiprocessing import forkserver
 
+    if not mp_private.usable():
+        return
     _context()
     forkserver.ensure_running()
 
@@ -94,9 +103,7 @@ def exit_now(code: int) -> NoReturn:
             stream.flush()
         except (OSError, ValueError):  # closed, or a reader that went away
             pass
-    util = sys.modules.get("multiprocessing.util")
-    if util is not None:
-        util._run_finalizers()
+    mp_private.run_finalizers()
     _stop_helpers()
     os._exit(code)
 
@@ -106,17 +113,15 @@ def _stop_helpers(wait_s: float = 5.0) -> None:
     is gone, but under load that takes seconds, and whoever watches for leftovers (a test, a
     scheduler's cgroup, a user's ``ps``) sees them running after the command ended. Whatever they
     served has been stopped by now, or dies with the fork server."""
-    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
-    pid = getattr(server, "_forkserver_pid", None)
+    pid = mp_private.forkserver_pid() if "multiprocessing.forkserver" in sys.modules else None
     if pid:
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
-    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker",
-                      None)
-    fd, pid = getattr(tracker, "_fd", None), getattr(tracker, "_pid", None)
+    fd, pid = mp_private.tracker() if "multiprocessing.resource_tracker" in sys.modules \
+        else (None, None)
     if fd is None or not pid:
         return
     os.close(fd)  # its end of the pipe: it cleans up and leaves once every holder has closed it
@@ -192,25 +197,17 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
     """Runs in the fork server's child: become the launcher's process of this moment, then run
     ``module`` as ``python -m module`` would."""
     import multiprocessing
-    import runpy
-    from multiprocessing import forkserver, resource_tracker
 
     die_with_parent()
     _set_title(title)
     if os.getppid() != server:  # the server died before the parent-death signal was armed
         os._exit(1)
     # the server exits when every holder of its 'alive' pipe has closed it: only the launcher may
-    alive = forkserver._forkserver._forkserver_alive_fd
-    if alive is not None:
-        os.close(alive)
-        forkserver._forkserver._forkserver_alive_fd = None
+    mp_private.drop_forkserver_alive_fd()
     # as in a fresh interpreter: Linux's default start method and no resource tracker yet (a
     # worker's named semaphores, e.g. tqdm's lock, would be reported leaked by the shared one)
     multiprocessing.set_start_method("fork", force=True)
-    tracker = resource_tracker._resource_tracker
-    if tracker._fd is not None:
-        os.close(tracker._fd)
-        tracker._fd = tracker._pid = None
+    mp_private.forget_tracker()
     for fd, target in ((out, 1), (err, 2)):
         os.dup2(fd, target)
         os.close(fd)
@@ -219,19 +216,37 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    # a PYTHONPATH given for this job counts as it would for a fresh interpreter
-    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in path]
-    sys.path[:] = extra + path
     # torch and numpy seed their global generators from entropy at import, which happened once,
     # in the server: each child draws its own seed, as a fresh interpreter does
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    _run(module, env, path, threads, reseed=True)
+
+
+def _run(module: str, env: dict[str, str], path: list[str], threads: int, reseed: bool) -> None:
+    """Run ``module`` as ``python -m module`` would, with the launcher's ``sys.path``."""
+    import runpy
+
+    # a PYTHONPATH given for this job counts as it would for a fresh interpreter
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in path]
+    sys.path[:] = extra + path
     sys.argv = [module]
     import torch
 
-    torch.seed()
+    if reseed:
+        torch.seed()
     torch.set_num_threads(threads)
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def plain_main() -> None:
+    """A fresh interpreter's part of :func:`start_module` without the fork server:
+    ``python -c ... MODULE THREADS TITLE PATH-AS-JSON``."""
+    import json
+
+    module, threads, title, path = sys.argv[1:5]
+    _set_title(title)
+    _run(module, dict(os.environ), json.loads(path), int(threads), reseed=False)
 
 
 def _set_title(title: str) -> None:
@@ -274,12 +289,18 @@ def start_module(module: str, env: dict[str, str], log: Path | None, threads: in
                  title: str) -> Child:
     """Run ``module`` as ``python -m module`` would, forked from the fork server, with ``env``
     (the whole environment) and output to ``log``, or where this process's output goes now;
-    ``title``: the process name ps shows (15 bytes at most)."""
+    ``title``: the process name ps shows (15 bytes at most).
+
+    Where a private part of ``multiprocessing`` that the fork server needs is missing
+    (:func:`.mp_private.usable`), the process is a fresh interpreter started with
+    :func:`start_command` instead: it imports torch itself, and so starts seconds later."""
     from multiprocessing import forkserver
 
+    if not mp_private.usable():
+        return _start_plain(module, env, log, threads, title)
     ctx = _context()
     forkserver.ensure_running()
-    server = forkserver._forkserver._forkserver_pid
+    server = mp_private.forkserver_pid()
     handle = open(log, "wb") if log is not None else None  # noqa: SIM115 - closed below
     try:
         out, err = (handle.fileno(), handle.fileno()) if handle else (1, 2)
@@ -291,6 +312,17 @@ def start_module(module: str, env: dict[str, str], log: Path | None, threads: in
         if handle is not None:
             handle.close()
     return Child(proc)
+
+
+def _start_plain(module: str, env: dict[str, str], log: Path | None, threads: int,
+                 title: str) -> Child:
+    import json
+
+    # the launcher's sys.path first: this parascale, not one the job's PYTHONPATH may name
+    code = ("import json, sys; sys.path[:] = json.loads(sys.argv[4]); "
+            "from parascale.runtime.processes import plain_main; plain_main()")
+    return start_command([sys.executable, "-c", code, module, str(threads), title,
+                          json.dumps(sys.path)], env, log, cwd=os.getcwd())
 
 
 @contextlib.contextmanager
@@ -307,11 +339,12 @@ def _no_main() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def start_command(argv: list[str], env: dict[str, str], log: Path | None) -> Child:
+def start_command(argv: list[str], env: dict[str, str], log: Path | None,
+                  cwd: str | None = None) -> Child:
     """Execute ``argv`` (a fresh interpreter), dying with this process; output to ``log``."""
     handle = open(log, "wb") if log is not None else None  # noqa: SIM115 - closed below
     try:
-        return Child(subprocess.Popen(argv, env=env, stdout=handle, stderr=handle,
+        return Child(subprocess.Popen(argv, env=env, stdout=handle, stderr=handle, cwd=cwd,
                                       stdin=subprocess.DEVNULL, preexec_fn=die_with_parent))
     finally:
         if handle is not None:

@@ -57,7 +57,7 @@ def sweep(where: str | os.PathLike | None = None,
     """Remove this user's folders in ``where`` (default: the temporary directory) whose owner is
     gone; return them. Folders of running parascale processes, and anything else, are kept."""
     folder = Path(where or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:

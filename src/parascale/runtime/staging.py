@@ -3,9 +3,12 @@
 The workers write into a staging folder beside ``--out`` (same filesystem, so a rename is
 atomic): ``.<name>.parascale-<pid>.<start>-<random>``, or inside ``--out`` when only that folder
 is writable. When the run ends with a result (ok, failed, out of memory), :meth:`Staging.commit`
-replaces the previous set in ``--out``: the old record is removed first (so it never claims a
-model that is not its own), then each companion file is moved in or, if this run made none,
-removed, then the new record is written atomically.
+writes the new record into the staging folder (so that every byte the set needs is on disk
+before ``--out`` changes), then replaces the previous set in ``--out``: the old record is
+removed first (so it never claims a model that is not its own), then each companion file is
+moved in or, if this run made none, removed, then the new record is renamed in.
+A run that cannot write its results (a full disk) has none: :func:`produce` keeps the previous
+set and raises :class:`~parascale.errors.NoSpace`, one line.
 A run that is refused or interrupted commits nothing: ``--out`` is left exactly as it was, and
 folders this run created to hold it are removed again. A staging folder whose launcher was
 killed (SIGKILL) is removed by the next run into the same ``--out``.
@@ -18,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from parascale.files import atomic_write_text
+from parascale.errors import NoSpace
+from parascale.files import atomic_write_text, no_space_named
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.interrupts import deferred
 
@@ -52,11 +56,12 @@ class Staging:
         """Replace the result set in ``out`` with this run's: ``companions`` (files the run may
         have written into the staging folder) and the record ``text``. Ctrl-C and SIGTERM wait
         until the set is complete."""
+        atomic_write_text(self.path / record_name, text)  # a full disk stops it here
         with deferred():
             self.out.mkdir(exist_ok=True)
             (self.out / record_name).unlink(missing_ok=True)
             replace_set(self.path, self.out, companions)
-            atomic_write_text(self.out / record_name, text)
+            os.replace(self.path / record_name, self.out / record_name)
             self.committed = True
 
     def close(self) -> None:
@@ -101,7 +106,10 @@ def produce(out: str | None, scratch_prefix: str, run: Callable[[Path], dict[str
             return run(scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    with Staging(out) as staging:
-        record = run(staging.path)
-        staging.commit(record_name, text(record), companions)
-        return record
+    try:
+        with no_space_named(out), Staging(out) as staging:
+            record = run(staging.path)
+            staging.commit(record_name, text(record), companions)
+            return record
+    except NoSpace as exc:
+        raise NoSpace(f"{exc}; {out} is left as it was") from exc

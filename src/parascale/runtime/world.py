@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from parascale.digits import is_count  # not isdigit(): it takes '５', which int() reads
 from parascale.errors import UsageError
+from parascale.runtime import contract
 from parascale.runtime.env import LOCAL_ENV, attempt, external_launcher
+from parascale.runtime.rendezvous import LOOPBACK, open_store
 
 
 
@@ -68,8 +71,10 @@ def devices_elsewhere() -> Iterator[None]:
         _ELSEWHERE.reset(token)
 
 
-def resolve_device_type(requested: str, gpus: tuple[int, ...] | None) -> str:
-    """'cpu' or 'cuda' from --device and --gpus; CUDA asked for but absent is a usage error."""
+def resolve_device_type(requested: str, gpus: tuple[int, ...] | None,
+                        instead: str = "use --workers N to train on CPU cores") -> str:
+    """'cpu' or 'cuda' from --device and --gpus; CUDA asked for but absent is a usage error,
+    which ends with ``instead``: what to do on the CPU, in the command's own options."""
     wants_cuda = requested == "cuda" or gpus is not None or (
         requested == "auto" and external_launcher() is not None and torch.cuda.is_available())
     if not wants_cuda:
@@ -79,7 +84,7 @@ def resolve_device_type(requested: str, gpus: tuple[int, ...] | None) -> str:
     if not torch.cuda.is_available():
         what = f"--gpus {','.join(map(str, gpus))}" if gpus else "--device cuda"
         raise UsageError(f"{what} needs CUDA, but torch.cuda.is_available() is False on this "
-                         "machine; use --workers N to train on CPU cores")
+                         f"machine; {instead}")
     if gpus:
         count = torch.cuda.device_count()
         bad = [g for g in gpus if g >= count]
@@ -105,8 +110,8 @@ def _positions() -> tuple[int, int, int, str]:
     """(rank, size, local rank, launcher) from whichever launcher started us."""
     env = os.environ
     if env.get(LOCAL_ENV):
-        return int(env["PARASCALE_RANK"]), int(env["PARASCALE_WORLD_SIZE"]), \
-            int(env["PARASCALE_LOCAL_RANK"]), "local"
+        return int(env[contract.RANK]), int(env[contract.WORLD_SIZE]), \
+            int(env[contract.LOCAL_RANK]), "local"
     launcher = external_launcher()
     if launcher == "torchrun":
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), launcher
@@ -127,7 +132,7 @@ def check_tasks(env: dict[str, str] | os._Environ, device_type: str, visible_gpu
     tasks = int(env.get("SLURM_NTASKS", "1"))
     nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
     per_node = env.get("SLURM_NTASKS_PER_NODE")
-    if per_node and per_node.isdigit() and tasks != nodes * int(per_node):
+    if per_node and is_count(per_node) and tasks != nodes * int(per_node):
         raise UsageError(f"srun started {tasks} tasks, but the job has {nodes} node(s) x "
                          f"{per_node} tasks per node = {nodes * int(per_node)}; give srun "
                          "--ntasks equal to --nodes x --ntasks-per-node")
@@ -145,9 +150,10 @@ def _tasks_on_node(spec: str, node: int) -> int | None:
     counts: list[int] = []
     for part in filter(None, spec.split(",")):
         count, _, times = part.partition("(x")
-        if not count.isdigit():
+        times = times.removesuffix(")") if times else "1"
+        if not (is_count(count) and is_count(times)):
             return None
-        counts += [int(count)] * (int(times.rstrip(")")) if times else 1)
+        counts += [int(count)] * int(times)
     return counts[node] if node < len(counts) else None
 
 
@@ -169,8 +175,6 @@ def _slurm_store(rank: int, size: int, timeout: datetime.timedelta) -> dist.TCPS
     host = os.environ["MASTER_ADDR"]
     port = int(os.environ.get("MASTER_PORT") or slurm_port(int(os.environ["SLURM_JOB_ID"])))
     if rank == 0:
-        from parascale.runtime.local import open_store  # local imports this module
-
         return open_store(port, host=host, timeout_s=timeout.total_seconds())
     return dist.TCPStore(host, port, world_size=size, is_master=False, timeout=timeout)
 
@@ -212,7 +216,7 @@ def _store(launcher: str, rank: int, size: int,
     """The store this rank joins through: the local launcher's, rank 0's under srun, torchrun's
     agent's; None for torch's own env:// (torchrun sharing no store with its workers)."""
     if launcher == "local":
-        return dist.TCPStore("127.0.0.1", int(os.environ[LOCAL_ENV]), is_master=False,
+        return dist.TCPStore(LOOPBACK, int(os.environ[LOCAL_ENV]), is_master=False,
                              timeout=timeout)
     if launcher == "slurm":
         return _slurm_store(rank, size, timeout)

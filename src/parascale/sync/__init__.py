@@ -16,14 +16,16 @@ from parascale.errors import UsageError
 from parascale.runtime.world import World
 from parascale.sync.allreduce import AllReduce
 from parascale.sync.base import Strategy
+from parascale.sync.fsdp import FSDP
 from parascale.sync.independent import Independent
 from parascale.sync.local_sgd import LocalSGD
 from parascale.sync.options import Option
 from parascale.sync.parameter_server import ParameterServer
 from parascale.sync.reduce_broadcast import ReduceBroadcast
 from parascale.sync.sma import SMA
+from parascale.sync.zero import Zero
 
-_BUILT_IN = (AllReduce, ReduceBroadcast, ParameterServer, LocalSGD, SMA, Independent)
+_BUILT_IN = (AllReduce, ReduceBroadcast, ParameterServer, LocalSGD, SMA, Zero, FSDP, Independent)
 _REGISTRY: dict[str, type[Strategy]] = {}
 #: the baseline: trains like any strategy but exchanges nothing, so it ignores their options
 IGNORES_OPTIONS = Independent.name
@@ -126,9 +128,17 @@ def _not_a_sync_option(name: str, declared: Mapping[str, tuple[Option, list[str]
     extra = sorted(n for n, (o, _) in declared.items() if o.kind is not None)
     return (f"--sync-option {name}: no strategy declares it ("
             + (f"known: {', '.join(extra)}" if extra else
-               "the built-in strategies take their own flags: --compression, --powersgd-rank, "
-               "--ps-mode, --ps-servers, --period, --learners, --sma-alpha, --sma-momentum, "
-               "--tune-threshold") + ")")
+               "the built-in strategies take their own flags: " + ", ".join(
+                   f"--{n.replace('_', '-')}" for n, (o, _) in declared.items()
+                   if o.kind is None)) + ")")
+
+
+def strategy_of(cfg: TrainConfig) -> type[Strategy]:
+    """The class of ``cfg``'s strategy, whose class methods answer what the launcher and the
+    batch arithmetic ask before any worker starts (``helper_processes``,
+    ``replicas_per_device``, ``resolves_before_training``). An unknown name gets the base
+    class's answers: :func:`check` refuses it, in its own turn."""
+    return _REGISTRY.get(cfg.sync, Strategy)
 
 
 def build(cfg: TrainConfig, world: World) -> Strategy:
@@ -137,4 +147,4 @@ def build(cfg: TrainConfig, world: World) -> Strategy:
 
 
 __all__ = ["Option", "Strategy", "applies", "build", "check", "help_of", "names", "options",
-           "register", "unregister", "validate"]
+           "register", "strategy_of", "unregister", "validate"]

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from parascale.sync import compression
-from parascale.sync.base import Strategy
+from parascale.sync.base import NOTHING, Strategy
 
 
 class _BucketClock:
@@ -38,10 +38,8 @@ def _timed_hook(clock: _BucketClock, bucket):
         clock.last = event
     else:
         clock.last = time.perf_counter()
-    owner = clock.owner
-    if owner.want_local_sq:  # the noise scale: this rank's gradient, before it is averaged
-        sq = torch.linalg.vector_norm(bucket.buffer()).double() ** 2
-        owner.local_sq = sq if owner.local_sq is None else owner.local_sq + sq
+    if clock.owner.watcher is not None:  # e.g. the noise scale: the gradient before averaging
+        clock.owner.watcher.before_exchange(bucket.buffer())
     return clock.hook(clock.state, bucket)
 
 
@@ -86,7 +84,7 @@ class AllReduce(Strategy):
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         # gradients of non-final micro-batches stay local; the last backward reduces the sum
         if last or self._clock is None:
-            return contextlib.nullcontext()
+            return NOTHING
         return self.model.no_sync()
 
     def compute_end(self) -> Any | None:

@@ -12,6 +12,9 @@ A training step, as the loop runs it::
     ...
     strategy.finish()                           # once, after the last step (collective)
 
+Before any of it, once per run, the strategy's class may ``resolve`` what the configuration left
+open (SMA's ``--learners auto``); the strategy built from the result ``adopt``s its notes.
+
 A checkpoint (``--checkpoint-every``) asks every rank for ``strategy.state_dict()`` between
 two steps and gives it back through ``load_state_dict`` after ``wrap`` on resume, once the
 model and optimizer are restored. ``replicas_agree`` says whether a checkpoint may keep rank
@@ -26,7 +29,9 @@ one costs (docs/strategies.md).
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -35,6 +40,8 @@ from torch import nn
 from parascale.config import TrainConfig
 from parascale.runtime.world import World
 from parascale.sync.options import Option
+
+NOTHING = contextlib.nullcontext()  # reusable, so a step need not build one per micro-batch
 
 
 def unwrap(module: nn.Module) -> nn.Module:
@@ -47,6 +54,24 @@ def unwrap(module: nn.Module) -> nn.Module:
         if inner is None or not isinstance(inner, nn.Module):
             return module
         module = inner
+
+
+@dataclass
+class Resolved:
+    """What a strategy decided before training (``Strategy.resolve``): the configuration with
+    it filled in, the seconds of training steps the decision took (training time: they count
+    towards time-to-accuracy) and what the built strategy keeps of it (``adopt``)."""
+
+    cfg: TrainConfig
+    seconds: float = 0.0
+    notes: Any = None
+
+
+class GradientWatcher(Protocol):
+    """Shown this rank's own gradients before the exchange, in one or more pieces per step
+    (DDP's buckets; a flat buffer): the gradient noise scale (training/noise.py) is one."""
+
+    def before_exchange(self, gradients: torch.Tensor) -> None: ...
 
 
 class Strategy:
@@ -70,25 +95,61 @@ class Strategy:
         """One line if ``cfg`` combines this strategy with settings it cannot run, else None."""
         return None
 
+    # What the launcher and the batch arithmetic ask of a strategy before any worker starts
+    # (class methods: no world yet), so that neither names one.
+
+    @classmethod
+    def helper_processes(cls, cfg: TrainConfig) -> int:
+        """Processes this strategy starts beside the workers, one CPU thread each (counted
+        against the cores a local launch may use)."""
+        return 0
+
+    @classmethod
+    def replicas_per_device(cls, cfg: TrainConfig) -> int:
+        """Model replicas a device trains at once, each on its own ``--batch-size``: a device
+        takes this many batches a step (1 while the count is still to be resolved)."""
+        return 1
+
+    @classmethod
+    def resolves_before_training(cls, cfg: TrainConfig) -> bool:
+        """Whether the workers decide a setting of ``cfg`` on real steps before training (the
+        step plan is then made again once it is decided)."""
+        return False
+
+    @classmethod
+    def resolve(cls, cfg: TrainConfig, world: World, bundle,
+                build_model: Callable[[], nn.Module], saved: dict[str, Any] | None) -> Resolved:
+        """Decide, before the strategy is built, what ``cfg`` leaves to it (SMA's
+        ``--learners auto``; ``resolves_before_training`` says whether there is any), on real
+        steps if need be. ``saved``: the progress of the
+        checkpoint the run continues from (what was decided then stands). Collective."""
+        return Resolved(cfg)
+
+    def adopt(self, resolved: Resolved) -> None:
+        """Keep what ``resolve`` noted (for the record), after ``__init__``."""
+
     def __init__(self, cfg: TrainConfig, world: World):
         self.cfg = cfg
         self.world = world
         self.model: nn.Module | None = None
         #: bytes this rank sends per optimizer step, where the strategy knows it
         self.bytes_per_step: int | None = None
-        #: set by the noise-scale measurement (training/noise.py) when it runs: keep this
-        #: rank's squared gradient norm from before the exchange for ``take_local_sq``
-        self.want_local_sq = False
-        self.local_sq: torch.Tensor | None = None
+        #: who is shown this rank's own gradients before the exchange (``watch_gradients``)
+        self.watcher: GradientWatcher | None = None
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Take the model (already on the device) and return the module the loop trains."""
         self.model = model
         return model
 
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Take the optimizer built over the wrapped model's parameters and return the one the
+        loop steps (a sharded strategy splits its state across the ranks)."""
+        return optimizer
+
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         """Context for one micro-batch's forward and backward; ``last`` is the final one."""
-        return contextlib.nullcontext()
+        return NOTHING
 
     def compute_end(self) -> Any | None:
         """When this step's compute ended, if the strategy knows it better than the clock.
@@ -125,6 +186,11 @@ class Strategy:
         """The plain model (no wrappers): for evaluation and for saving."""
         return unwrap(self.model)
 
+    def model_state_dict(self) -> dict[str, Any]:
+        """The whole model's state_dict for model.pt, on rank 0 after ``finish`` (a sharded
+        strategy gathers it in ``finish``, which every rank calls)."""
+        return self.local_module().state_dict()
+
     def before_evaluation(self) -> None:
         """Make buffers (batch-norm statistics) agree across ranks before evaluating.
 
@@ -149,15 +215,15 @@ class Strategy:
 
     def noise_refusal(self) -> str | None:
         """Why the gradient noise scale cannot be measured under this strategy, or None when it
-        can: after ``synchronize`` every rank's gradients are the global batch's mean, and
-        ``take_local_sq`` gives this rank's squared gradient norm from before the exchange."""
+        can: after ``synchronize`` every rank's gradients are the global batch's mean, and the
+        strategy shows a ``watch_gradients`` watcher this rank's own before the exchange."""
         return (f"--sync {self.name} never forms the global batch's mean gradient on the "
                 "workers; the noise scale is measured under --sync allreduce or reduce-broadcast")
 
-    def take_local_sq(self) -> torch.Tensor | None:
-        """This step's squared norm of this rank's own gradient (before the exchange), once."""
-        value, self.local_sq = self.local_sq, None
-        return value
+    def watch_gradients(self, watcher: GradientWatcher) -> None:
+        """From now on, show ``watcher`` every step's local gradients before they are exchanged
+        (a strategy that can: see ``noise_refusal``)."""
+        self.watcher = watcher
 
     def options(self) -> dict[str, Any]:
         """Strategy settings for the run record (``derived.sync_options``): the declared
@@ -168,3 +234,8 @@ class Strategy:
         """What the strategy measured beyond the step phases (the record's ``sync`` section),
         on rank 0 after ``finish``; None when there is nothing more."""
         return None
+
+    def explain(self, error: RuntimeError) -> RuntimeError:
+        """The failure behind a communication ``error`` that this strategy can name (a helper
+        process of its own that died), else ``error`` itself."""
+        return error

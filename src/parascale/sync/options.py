@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from parascale.config import _positive
+from parascale import checks
 from parascale.errors import UsageError
 
 
@@ -59,24 +59,22 @@ class Option:
     def check(self, value: Any) -> None:
         """One line for a value this option refuses."""
         flag = f"--{self.name.replace('_', '-')}"
-        if self.kind is not None and not _fits(value, self.kind):
-            raise UsageError(f"{flag} must be {_words(self.kind)}, got {value!r}")
+        if self.kind is not None:
+            words, fits = _expected(self.kind)
+            if not fits(value):
+                raise UsageError(f"{flag} must be {words}, got {value!r}")
         if self.choices and value not in self.choices:
             raise UsageError(f"{flag} must be one of {', '.join(self.choices)}, got {value!r}")
         if self.minimum == 1 and isinstance(value, int):
-            _positive(self.name, value, allow_none=False)  # config's wording for counts
+            checks.positive(self.name, value, allow_none=False)  # config's wording for counts
         if self.minimum is not None and value < self.minimum:
             raise UsageError(f"{flag} must be at least {self.minimum:g}, got {value!r}")
 
 
-def _fits(value: Any, kind: type) -> bool:
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind)
-
-
-def _words(kind: type) -> str:
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        kind, kind.__name__)
+def _expected(kind: type) -> tuple[str, Callable[[Any], bool]]:
+    """The words and the test of a declared kind: the configuration's for its types, an
+    isinstance test for any other class a strategy of one's own declares."""
+    try:
+        return checks.expected(kind)
+    except TypeError:
+        return kind.__name__, lambda value: isinstance(value, kind)

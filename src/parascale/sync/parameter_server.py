@@ -35,7 +35,7 @@ from torch import nn
 
 from parascale.runtime import processes
 from parascale.runtime.failure import write_error_file
-from parascale.runtime.local import LOOPBACK, open_store
+from parascale.runtime.rendezvous import LOOPBACK, open_store
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.sync import compression
 from parascale.sync import ps_protocol as proto
@@ -44,6 +44,7 @@ from parascale.sync.flat import Flat, shard_bounds
 from parascale.sync.options import Option
 
 LOG_TAIL = 8
+DEATH_GRACE_S = 2.0  # how long a failed exchange waits to see whether a server died
 
 
 class ServerProcesses:
@@ -74,6 +75,15 @@ class ServerProcesses:
 
     def dead(self) -> int | None:
         return next((k for k, p in enumerate(self.procs) if p.poll() is not None), None)
+
+    def cause(self, error: RuntimeError, grace_s: float = DEATH_GRACE_S) -> RuntimeError:
+        """The server death behind a communication ``error``, named, or ``error`` itself. A
+        killed server's sockets close before the kernel reports it dead, so gloo's "connection
+        reset" can reach this rank first: wait a moment for the death that explains it."""
+        deadline = time.monotonic() + grace_s
+        while (dead := self.dead()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return error if dead is None else RuntimeError(self.describe(dead))
 
     def wait_ready(self, store: dist.Store, timeout_s: float) -> None:
         """Every server has connected to the store, or a clear error (not a silent timeout)."""
@@ -140,7 +150,15 @@ class ParameterServer(Strategy):
         if cfg.precision == "fp16":
             return ("--precision fp16 does not work with --sync parameter-server (the servers "
                     "apply unscaled fp32 updates); use bf16 or fp32")
+        if cfg.optimizer != "sgd" or cfg.clip_grad_norm is not None:
+            return ("--sync parameter-server updates on the servers with SGD (momentum, weight "
+                    "decay) from each gradient as it arrives; leave out --optimizer "
+                    f"{cfg.optimizer} and --clip-grad-norm")
         return compression.refuse_unless_elementwise(cls.name, cfg)
+
+    @classmethod
+    def helper_processes(cls, cfg) -> int:
+        return cfg.ps_servers
 
     @property
     def exchanges_every_step(self) -> bool:  # sync: the servers wait for every worker
@@ -198,9 +216,21 @@ class ParameterServer(Strategy):
         self.bytes_per_step = self.compressor.bytes_for(self.flat.numel, self.flat.element_size)
         return model
 
+    def explain(self, error: RuntimeError) -> RuntimeError:
+        # rank 0 hosts the servers: a peer's "connection closed" can be a server's death
+        return error if self.servers is None else self.servers.cause(error)
+
     def _wait(self, works) -> None:
-        for work in works:
-            work.wait()
+        try:
+            for work in works:
+                work.wait()
+        except RuntimeError as error:
+            if self.servers is None:
+                raise
+            cause = self.servers.cause(error)
+            if cause is error:
+                raise
+            raise cause from error
 
     def _request(self, kind: int, optimizer: torch.optim.Optimizer | None = None) -> None:
         """One message to every server and, unless stopping, its reply into ``self.params``."""

@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-ENV = "PARASCALE_PS_SERVER"
+from parascale.runtime import contract
+
+ENV = contract.PS_SERVER
 PREFIX = "parascale-ps/"
 HEADER, GRAD, REPLY, PARAMS, INIT, MOMENTUM, STATE = range(7)
 PUSH, PULL, STOP, SNAPSHOT, RESTORE = 1, 2, 3, 4, 5

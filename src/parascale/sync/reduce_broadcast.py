@@ -54,8 +54,8 @@ class ReduceBroadcast(Strategy):
             return
         squeeze = self.compressor
         grads = self.flat.gather_grads(self.buffer)
-        if self.want_local_sq:  # the noise scale: this rank's gradient, before the exchange
-            self.local_sq = torch.linalg.vector_norm(grads).double() ** 2
+        if self.watcher is not None:  # e.g. the noise scale: this rank's gradient, unaveraged
+            self.watcher.before_exchange(grads)
         peers = [r for r in range(n) if r != ROOT]
         if self.world.rank == ROOT:
             wire = squeeze.compress(grads)

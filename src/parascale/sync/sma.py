@@ -24,6 +24,7 @@ hill-climbing rule (``sync.sma_tune``).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from parascale.config import TrainConfig
-from parascale.sync.base import Strategy
+from parascale.sync.base import Resolved, Strategy
 from parascale.sync.flat import Flat
 from parascale.sync.options import Option
 
@@ -80,15 +81,47 @@ class SMA(Strategy):
             return "--sync sma runs one batch per learner a step; leave out --accumulate"
         if cfg.compile:
             return "--sync sma runs its learners as one module of its own; leave out --compile"
+        if cfg.optimizer != "sgd":
+            return ("--sync sma trains its learners with SGD and averages with its own momentum "
+                    "(Crossbow's rule); leave out --optimizer adamw")
+        if cfg.task is not None and m == "auto":
+            return ("--learners auto tunes on the built-in image tasks' batches; give --task "
+                    "a count of learners, e.g. --learners 2")
         return None
+
+    @classmethod
+    def replicas_per_device(cls, cfg: TrainConfig) -> int:
+        """The learners: ``--batch-size`` is each learner's, so a device trains that many."""
+        return cfg.learners if isinstance(cfg.learners, int) else 1
+
+    @classmethod
+    def resolves_before_training(cls, cfg: TrainConfig) -> bool:
+        """``--learners auto`` is decided by Crossbow's auto-tuner (``sync.sma_tune``)."""
+        return cfg.learners == "auto"
+
+    @classmethod
+    def resolve(cls, cfg: TrainConfig, world, bundle, build_model, saved) -> Resolved:
+        """``--learners auto``: tuned once per run, on real steps before training; a run that
+        continues from a checkpoint keeps the count it was tuned to."""
+        if cfg.learners != "auto":
+            return Resolved(cfg)
+        if saved is not None:
+            return Resolved(dataclasses.replace(cfg, learners=saved["learners"]))
+        from parascale.sync import sma_tune
+
+        count, tuning, seconds = sma_tune.tune(cfg, world, bundle, build_model, cls)
+        return Resolved(dataclasses.replace(cfg, learners=count), seconds, tuning)
 
     def __init__(self, cfg: TrainConfig, world):
         super().__init__(cfg, world)
-        #: the auto-tuner's decisions (``sync.sma_tune``), set by the trainer before training
+        #: the auto-tuner's decisions (``sync.sma_tune``), from ``resolve``
         self.tuning: list[dict[str, Any]] = []
 
-    @property
-    def exchanges_every_step(self) -> bool:
+    def adopt(self, resolved: Resolved) -> None:
+        self.tuning = list(resolved.notes or [])
+
+    @property  # a class attribute elsewhere: only a period of 1 exchanges every step here
+    def exchanges_every_step(self) -> bool:  # type: ignore[override]
         return self.cfg.period == 1
 
     @property

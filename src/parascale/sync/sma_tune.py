@@ -25,6 +25,7 @@ from torch import nn
 from parascale.batch import DEFAULT_BATCH
 from parascale.config import TrainConfig
 from parascale.runtime.world import World
+from parascale.sync.base import Strategy
 
 MAX_LEARNERS = 16
 INTERVAL_S = 1.0  # time per tuning point (Crossbow samples throughput every second)
@@ -62,13 +63,13 @@ def limit(cfg: TrainConfig, world_size: int, n_train: int) -> int:
 
 
 def tune(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn.Module],
-         ) -> tuple[int, list[dict[str, Any]], float]:
+         kind: type[Strategy]) -> tuple[int, list[dict[str, Any]], float]:
     """The count of learners to train with, the decisions, and the seconds tuning took. Every
     rank measures and all agree: throughput is the world's (samples over the slowest rank)."""
     started = time.perf_counter()
     climb = HillClimb(cfg.tune_threshold, limit(cfg, world.size, len(bundle.train)))
     while not climb.done:
-        throughput = measure(cfg, world, bundle, build_model, climb.learners)
+        throughput = measure(cfg, world, bundle, build_model, climb.learners, kind)
         climb.observe(throughput, time.perf_counter() - started)
         if world.is_main:
             last = climb.decisions[-1]
@@ -79,11 +80,10 @@ def tune(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn.Mo
 
 
 def measure(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn.Module],
-            learners: int) -> float:
-    """Samples per second of the whole world training with ``learners`` per device."""
-    from parascale.sync.sma import SMA
-
-    strategy = SMA(dataclasses.replace(cfg, learners=learners), world)
+            learners: int, kind: type[Strategy]) -> float:
+    """Samples per second of the whole world training with ``learners`` per device under
+    ``kind`` (SMA, which passes itself: this module does not import it back)."""
+    strategy = kind(dataclasses.replace(cfg, learners=learners), world)
     net = strategy.wrap(build_model())
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)

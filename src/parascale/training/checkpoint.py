@@ -9,7 +9,12 @@ Each is written atomically (a temporary file in the same folder, fsync, rename),
 first; the folder is fsynced after each rename. A checkpoint counts only when its manifest
 exists, reads, and its .pt has the size and SHA-256 the manifest states: a kill between the
 two renames leaves a .pt without manifest (ignored), and a truncated or corrupted file fails
-the checksum, so :func:`newest` says so and takes the one before. Only rank 0 writes.
+the checksum, so :func:`newest` says so and takes the one before. So does a checkpoint whose
+checksum matches but whose manifest or state is not what a run writes (a bug, a hand edit, a
+forgery): the manifest is read within limits and checked against :data:`MANIFEST`, the state's
+outline against :data:`STATE`, before a run takes it. Only rank 0 writes. A full
+disk is one line (:class:`~parascale.errors.NoSpace`) and leaves the earlier checkpoints as
+they were: nothing is pruned before a checkpoint is whole.
 
 The .pt is torch's own format, loadable without parascale (``torch.load(p, weights_only=True)``):
 tensors, numbers, strings, lists and dicts only. ``torch.distributed.checkpoint`` is not used:
@@ -30,13 +35,28 @@ from typing import Any
 
 import torch
 
-from parascale.files import atomic_write
+from parascale import safejson
+from parascale.errors import NoSpace
+from parascale.files import atomic_write, no_space
 
 FORMAT = "parascale.checkpoint/1"
 FOLDER = "checkpoints"
 LOG_NAME = "log.txt"  # the unfinished run's console log, beside its checkpoints
 _NAME = re.compile(r"step-(\d{8,})\.pt")
+_OURS = re.compile(r"step-\d{8,}\.(pt|json)|" + re.escape(LOG_NAME))  # written or removed here
 CHUNK = 1 << 20
+MANIFEST_BYTES = 4 << 20  # a manifest is a few KB: its configuration and a few numbers
+
+#: a manifest's fields and their types (safejson.check_types); every one is required
+MANIFEST: dict[str, Any] = {
+    "format": (str,), "step": (int,), "epoch": (int,), "world_size": (int,), "config": {},
+    "bytes": (int,), "sha256": (str,)}
+#: the outline of the state that resuming reads (training/state.py), every part required but
+#: ``shared`` (the model and optimizer when every rank holds the same, else each rank's own)
+STATE: dict[str, Any] = {
+    "position": {"step": (int,), "epoch": (int,), "done": (int,)}, "replicas_agree": (bool,),
+    "shared": {"model": {}, "optimizer": {}}, "ranks": [{"strategy": {}, "rng": {}, "rows": {}}],
+    "progress": {}}
 
 
 def name(step: int) -> str:
@@ -56,6 +76,8 @@ class Found:
     step: int
     manifest: dict[str, Any] | None = None
     problem: str | None = None
+    #: the epoch its run's --steps cut short at the run's end, when it was written there
+    cut_short: int | None = None
 
     @property
     def manifest_path(self) -> Path:
@@ -111,11 +133,19 @@ def save(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, Any
         torch.save(state, writer)
         hashed.append(writer)
 
-    _atomic(path, write_state)
-    facts = {"format": FORMAT, "step": step, **manifest,
-             "bytes": hashed[0].size, "sha256": hashed[0].sha.hexdigest()}
-    text = json.dumps(facts, indent=2) + "\n"
-    _atomic(path.with_suffix(".json"), lambda handle: handle.write(text.encode()))
+    try:
+        _atomic(path, write_state)
+        facts = {"format": FORMAT, "step": step, **manifest,
+                 "bytes": hashed[0].size, "sha256": hashed[0].sha.hexdigest()}
+        text = json.dumps(facts, indent=2) + "\n"
+        try:
+            _atomic(path.with_suffix(".json"), lambda handle: handle.write(text.encode()))
+        except NoSpace:
+            path.unlink(missing_ok=True)  # never counted without its manifest: give the room back
+            raise
+    except NoSpace as exc:
+        raise no_space(path, exc, "the checkpoints before it are as they were; free some "
+                       "space and continue the run with --resume") from exc
     return Found(path, step, facts)
 
 
@@ -129,6 +159,16 @@ def listing(folder: Path) -> list[Found]:
     return sorted(found, key=lambda f: f.step)
 
 
+def in_the_way(folder: Path) -> list[Path]:
+    """What in ``folder`` bears the name of a checkpoint's file or of the log but is not a file
+    (a folder, a FIFO, a dangling link): writing it or removing it would fail mid-run."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [folder / n for n in names if _OURS.fullmatch(n) and not (folder / n).is_file()]
+
+
 def _sha256(path: Path) -> str:
     sha = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -137,39 +177,109 @@ def _sha256(path: Path) -> str:
     return sha.hexdigest()
 
 
+def _missing(data: Any, spec: dict[str, Any], where: str = "") -> str | None:
+    """The first key of ``spec`` (nested objects included) that ``data`` lacks or has as null."""
+    for key, sub in spec.items():
+        value = data.get(key) if isinstance(data, dict) else None
+        if value is None:
+            return f"{where}{key}"
+        if isinstance(sub, dict) and sub and (deeper := _missing(value, sub, f"{where}{key}.")):
+            return deeper
+    return None
+
+
+def _read_manifest(found: Found) -> dict[str, Any] | str:
+    """The manifest of ``found``, or what is wrong with it."""
+    if not os.path.lexists(found.manifest_path):
+        return "it has no manifest (the write did not finish)"
+    try:
+        manifest = safejson.load(found.manifest_path, max_bytes=MANIFEST_BYTES)
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            return f"its manifest is not a {FORMAT} manifest"
+        safejson.check_types(manifest, MANIFEST)
+    except safejson.Refused as exc:
+        return f"its manifest is {'unreadable' if exc.kind == 'unreadable' else 'invalid'} ({exc})"
+    lacking = _missing(manifest, {k: None for k in MANIFEST})
+    if lacking:
+        return f"its manifest has no {lacking}"
+    if manifest["step"] != found.step:
+        return f"its manifest is for step {manifest['step']}"
+    return manifest
+
+
 def verify(found: Found) -> Found:
     """``found`` with its manifest read and ``problem`` set when it cannot be used."""
-    try:
-        manifest = json.loads(found.manifest_path.read_text())
-    except FileNotFoundError:
-        found.problem = "it has no manifest (the write did not finish)"
-        return found
-    except (OSError, ValueError) as exc:
-        found.problem = f"its manifest is unreadable ({exc})"
-        return found
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        found.problem = f"its manifest is not a {FORMAT} manifest"
+    manifest = _read_manifest(found)
+    if isinstance(manifest, str):
+        found.problem = manifest
         return found
     found.manifest = manifest
     try:
         size = found.path.stat().st_size
-        if size != manifest.get("bytes"):
-            found.problem = (f"it has {size:,} bytes where its manifest says "
-                             f"{manifest.get('bytes'):,}" if isinstance(manifest.get("bytes"), int)
-                             else "its manifest gives no size")
-        elif _sha256(found.path) != manifest.get("sha256"):
+        if size != manifest["bytes"]:
+            found.problem = f"it has {size:,} bytes where its manifest says {manifest['bytes']:,}"
+        elif _sha256(found.path) != manifest["sha256"]:
             found.problem = "its SHA-256 checksum does not match its manifest (corrupted)"
     except OSError as exc:
         found.problem = f"it cannot be read ({exc.strerror or exc})"
     return found
 
 
+def state_problem(saved: Any, manifest: dict[str, Any]) -> str | None:
+    """What is wrong with the loaded state of a checkpoint with ``manifest`` (None: nothing)."""
+    if not isinstance(saved, dict):
+        return f"it holds a {type(saved).__name__}, not a run's state"
+    try:
+        safejson.check_shape(saved)  # without recursion: nothing deeper than a run's state
+        safejson.check_types(saved, STATE)
+    except safejson.Refused as exc:
+        return f"its state is malformed ({exc})"
+    needs = {k: v for k, v in STATE.items() if k != "shared" or saved["replicas_agree"]}
+    lacking = _missing(saved, needs)
+    if lacking is None and not saved["replicas_agree"]:
+        lacking = next((f"ranks.{r}.{gap}" for r, part in enumerate(saved["ranks"])
+                        if (gap := _missing(part, STATE["shared"]))), None)
+    if lacking is None:
+        lacking = next((f"ranks.{r}.{gap}" for r, part in enumerate(saved["ranks"])
+                        if (gap := _missing(part, STATE["ranks"][0]))), None)
+    if lacking:
+        return f"its state has no {lacking}"
+    if saved["position"]["step"] != manifest["step"]:
+        return (f"its state is at step {saved['position']['step']} where its manifest says "
+                f"{manifest['step']}")
+    if len(saved["ranks"]) != manifest["world_size"]:
+        return (f"its state has {len(saved['ranks'])} rank(s) where its manifest says "
+                f"{manifest['world_size']}")
+    return None
+
+
+def inspect(found: Found) -> Found:
+    """``found`` (verified) with ``problem`` set when its state cannot be a run's: loaded
+    (memory-mapped: only its outline is read) and checked against :data:`STATE`."""
+    try:
+        saved = load(found)
+    except Exception as exc:  # noqa: BLE001 - pickle's, torch's, recursion: not a torch file of data
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        found.problem = f"torch cannot load it ({type(exc).__name__}: {first})"
+        return found
+    found.problem = state_problem(saved, found.manifest or {})
+    epochs = saved["progress"].get("epochs") if found.problem is None else None
+    last = epochs[-1] if isinstance(epochs, list) and epochs else None
+    if isinstance(last, dict) and last.get("partial") is True and \
+            saved["position"]["done"] == 0:
+        found.cut_short = last.get("epoch")
+    return found
+
+
 def newest(folder: Path, say: Callable[[str], None] = print) -> tuple[Found | None, list[Found]]:
-    """The newest checkpoint in ``folder`` that verifies, and the newer ones that did not (each
-    one said in a line through ``say``, with the one tried next)."""
+    """The newest checkpoint in ``folder`` that verifies and holds a run's state
+    (:func:`inspect`), and the newer ones that did not (each one said in a line through
+    ``say``, with the one tried next)."""
     damaged: list[Found] = []
     for found in reversed(listing(folder)):
         verify(found)
+        if found.problem is None:
+            inspect(found)
         if found.problem is None:
             return found, damaged
         damaged.append(found)

@@ -62,12 +62,21 @@ class DivergenceWatch:
             values[self.world.rank] = loss.detach()
             self.pending.append(_Pending(step, rate, values,
                                          dist.all_reduce(values, async_op=True)))
-        else:
+        elif self.cuda:
             self.pending.append(_Pending(step, rate, loss.detach().double().reshape(1)))
+        else:  # this rank's loss alone, read on the host when decided: no work in the step
+            self.pending.append(_Pending(step, rate, loss.detach()))
 
     def settle(self, final: bool = False) -> None:
         """After every step: decide the steps before this one (every step with ``final``, at
         the end of an epoch); raise NonFiniteLoss for the first bad one."""
+        if not self.cuda and not self.collective:  # the common lone-rank case, kept short
+            while len(self.pending) > (0 if final else 1):
+                item = self.pending.pop(0)
+                value = item.values.item()
+                if not math.isfinite(value):
+                    self._decide(item, [value])
+            return
         if self.cuda:
             for item in self.pending:
                 self._to_host(item)

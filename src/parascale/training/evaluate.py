@@ -1,54 +1,91 @@
-"""Evaluation on every rank, each over its own unpadded share, combined by summing counts."""
+"""Evaluation on every rank, each over its own unpadded share, combined by summing counts.
+
+Every metric of the task (its loss first) is a mean over a batch's samples; a batch's mean is
+weighted by its sample count, and the sums and counts of all ranks are added up, so each figure
+is the mean over the whole split with every sample counted exactly once.
+"""
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from parascale.runtime import World
+from parascale.tasks import Task, samples_in
 from parascale.training.sampling import eval_shard
 
 
+class _Once:
+    """The model, run once per input within one batch: the loss and each metric call it on
+    the same tensors (the built-in task's loss and accuracy both need ``model(x)``), and the
+    forward pass is the cost of an evaluation. The inputs are kept, so their ids stay theirs."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.inputs: tuple | None = None
+        self.output: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inputs = (args, kwargs)
+        if self.inputs is None or not _same(self.inputs, inputs):
+            self.inputs, self.output = inputs, self.model(*args, **kwargs)
+        return self.output
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    (args_a, kwargs_a), (args_b, kwargs_b) = a, b
+    return len(args_a) == len(args_b) and all(x is y for x, y in zip(args_a, args_b)) and \
+        kwargs_a.keys() == kwargs_b.keys() and all(kwargs_a[k] is kwargs_b[k] for k in kwargs_a)
+
+
 @torch.no_grad()
-def _totals(model: nn.Module, split, batches: Sequence, device: torch.device,
+def _totals(task: Task, model: nn.Module, split, batches: Sequence, device: torch.device,
             autocast: Callable) -> torch.Tensor:
-    """(loss sum, correct, count) over the given index batches of ``split``."""
+    """Each metric's sum over the given index batches of ``split``, then the sample count."""
+    metrics = task.all_metrics()
     was_training = model.training
     model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)
-    for x, y in split.batches(batches, device, train=False):
+    totals = torch.zeros(len(metrics) + 1, dtype=torch.float64, device=device)
+    for batch in split.batches(batches, device, train=False):
+        once, n = _Once(model), samples_in(batch)
         with autocast():
-            logits = model(x)
-        totals[0] += F.cross_entropy(logits.float(), y, reduction="sum").double()
-        totals[1] += (logits.argmax(dim=1) == y).sum()
-        totals[2] += y.shape[0]
+            values = [m.fn(once, batch) for m in metrics]
+        for i, value in enumerate(values):
+            totals[i] += torch.as_tensor(value, device=device).detach().double().reshape(()) * n
+        totals[-1] += n
     model.train(was_training)
     return totals
 
 
-def evaluate(model: nn.Module, split, world: World, batch: int,
-             autocast: Callable) -> tuple[float, float]:
-    """(test loss, accuracy) over the whole test set, every sample counted exactly once.
+def _means(task: Task, totals: torch.Tensor) -> dict[str, float]:
+    count = float(totals[-1])
+    return {m.name: float(totals[i]) / count for i, m in enumerate(task.all_metrics())}
+
+
+def evaluate(task: Task, model: nn.Module, split, world: World, batch: int,
+             autocast: Callable) -> dict[str, float]:
+    """Each metric (the loss first) over the whole split, every sample counted exactly once.
 
     Runs on the plain module, not the DDP wrapper: evaluation needs no gradient hooks, and ranks
     may have different numbers of batches here (shards differ by one sample).
     """
-    totals = _totals(model, split, eval_shard(len(split), world.size, world.rank, batch),
+    totals = _totals(task, model, split, eval_shard(len(split), world.size, world.rank, batch),
                      world.device, autocast)
     dist.all_reduce(totals)
-    count = float(totals[2])
-    return float(totals[0]) / count, float(totals[1]) / count
+    return _means(task, totals)
 
 
-def evaluate_alone(model: nn.Module, split, device: torch.device | str = "cpu",
-                   batch: int = 256) -> tuple[float, float]:
-    """(loss, accuracy) over ``split`` in this process, outside any world (a search's one
+def evaluate_alone(task: Task, model: nn.Module, split, device: torch.device | str = "cpu",
+                   batch: int = 256) -> dict[str, float]:
+    """Each metric over ``split`` in this process, outside any world (a search's one
     evaluation of its best trial on the test set)."""
-    totals = _totals(model, split, eval_shard(len(split), 1, 0, batch), torch.device(device),
-                     contextlib.nullcontext)
-    count = float(totals[2])
-    return float(totals[0]) / count, float(totals[1]) / count
+    totals = _totals(task, model, split, eval_shard(len(split), 1, 0, batch),
+                     torch.device(device), contextlib.nullcontext)
+    return _means(task, totals)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -19,13 +19,20 @@ from parascale.config import TrainConfig
 from parascale.record import VERSION, now
 from parascale.training import checkpoint, state
 
+if TYPE_CHECKING:
+    from parascale.batch import Plan
+    from parascale.runtime import World
+    from parascale.training.run import Run
+
 
 class Keeper:
     def __init__(self, interval: tuple[int, str], folder: Path, keep: int,
-                 cfg: TrainConfig, world, plan):
+                 cfg: TrainConfig, world: World, plan: Plan):
         self.every, self.unit = interval
         self.folder, self.keep, self.cfg, self.world, self.plan = folder, keep, cfg, world, plan
-        self.written, self.write_s, self.last, self.bytes = 0, 0.0, None, None
+        self.written, self.write_s = 0, 0.0
+        self.last: str | None = None  # the newest checkpoint written, and its size
+        self.bytes: int | None = None
 
     def due_after_step(self, step: int) -> bool:
         """Within an epoch (the loop does not ask after its last step)."""
@@ -36,11 +43,11 @@ class Keeper:
             return epoch % self.every == 0
         return step % self.every == 0
 
-    def write(self, run, position: dict[str, int], epoch_part: dict[str, Any] | None = None,
+    def write(self, run: Run, position: dict[str, int], epoch_part: dict[str, Any] | None = None,
               generator: torch.Generator | None = None) -> float:
         """Collective: checkpoint the run at ``position``; the seconds it took (every rank)."""
         started = time.perf_counter()
-        saved = state.capture(run, position, run.progress(), epoch_part, generator)
+        saved = state.capture(run, position, epoch_part, generator)
         if saved is not None:  # rank 0
             manifest = {"epoch": position["epoch"], "step_in_epoch": position["done"],
                         "total_steps": self.plan.total_steps, "world_size": self.world.size,

@@ -6,25 +6,23 @@ reduced across ranks before anyone reports them; rank 0 alone prints, shows prog
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from parascale import data, models, sync
+from parascale import data, flops, sync, tasks
+from parascale.data import DataBundle
 from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig, checkpoint_interval
-from parascale.hpo.judge import Judge
 from parascale.record import now
-from parascale.runtime import World, joined, resolve_backend, resolve_device_type
-from parascale.runtime import env
+from parascale.runtime import World, env, joined, resolve_backend, resolve_device_type
 from parascale.runtime.faults import Faults
 from parascale.training import checkpoint, console, resume, state
 from parascale.training import lr as lr_rule
@@ -32,27 +30,33 @@ from parascale.training.assemble import assemble
 from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
+from parascale.training.judging import epoch_line, time_to_target
 from parascale.training.keeper import Keeper
-from parascale.training.measure import StepClock, epochs_named
+from parascale.training.measure import LossTally, StepClock, steady
+from parascale.training.memory_split import MemorySplit
 from parascale.training.noise import NoiseScale
 from parascale.training.profiling import Profiler
+from parascale.training.pruning import Judge
+from parascale.training.run import Progress, Run, Summary, Times
 from parascale.training.sampling import train_shard
 
 
-def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
+def run_worker(cfg: TrainConfig, teardown: bool = True,
+               plan: Plan | None = None) -> dict | None:
     """Join the world, train, write the record on rank 0 and return it (None on other ranks).
 
     ``teardown=False`` for a process that exits right after (see ``runtime.world.joined``).
+    ``plan``: the launcher's step plan (``training.preflight``), else this worker makes it.
     """
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     backend = resolve_backend(cfg.backend, device_type)
     with joined(device_type, backend, cfg.gpus, cfg.timeout, teardown) as world:
         log = console.worker_log(cfg, world)
         if log is None:
-            return _train(cfg, world)
+            return _train(cfg, world, plan)
         try:
             with log.tee():
-                record = _train(cfg, world)
+                record = _train(cfg, world, plan)
             if world.launcher != "local":  # the local launcher says how its job ended
                 log.line(f"parascale: finished at {now()}")
             return record
@@ -60,88 +64,64 @@ def run_worker(cfg: TrainConfig, teardown: bool = True) -> dict | None:
             log.close()
 
 
+_NOTHING = contextlib.nullcontext()  # reusable: one object for every step, not one per step
+
+
 def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
     if cfg.precision == "fp32":
-        return contextlib.nullcontext()
+        return _NOTHING
     dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _build_model(cfg: TrainConfig, bundle, device: torch.device) -> nn.Module:
+def _build_model(cfg: TrainConfig, task: tasks.Task, device: torch.device) -> nn.Module:
     torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape).to(device)
+    model = task.model().to(device)
     if cfg.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if cfg.compile:
-        model = torch.compile(model)
+        return cast(nn.Module, torch.compile(model))  # a module still, wrapping the model
     return model
 
 
-@dataclass
-class _Run:
-    """What one worker's training needs from set-up to summary, and the steps taken so far."""
-
-    cfg: TrainConfig
-    world: World
-    plan: Plan
-    bundle: Any
-    strategy: Any
-    net: nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: Any
-    faults: Faults
-    divergence: DivergenceWatch
-    clock: StepClock
-    cpu: CpuWatch
-    loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
-    step: int = 0
-    tuning_s: float = 0.0  # --learners auto's trial steps, before the first epoch
-    judge: Any = None  # a hyperparameter search's pruner (parascale.hpo.judge), in a trial
-    keeper: Keeper | None = None  # writes checkpoints when due (--checkpoint-every)
-    epochs: list[dict] = field(default_factory=list)  # the record's entries so far
-    tta: dict | None = None
-    rows: dict[int, list[list[float]]] = field(default_factory=dict)  # step rows per epoch
-    warm: set[int] = field(default_factory=lambda: {1})  # warm-up epochs: 1, each resume's
-    t_start: float = 0.0  # perf_counter at step 0 of the run (earlier attempts' time included)
-    elapsed_before: float = 0.0  # training time before the checkpoint this attempt resumed
-    position: dict[str, int] = field(default_factory=lambda: {"step": 0, "epoch": 1, "done": 0})
-    epoch_part: dict | None = None  # the resumed epoch's measurements before the checkpoint
-    resumed: list[dict] = field(default_factory=list)  # every resume of the run, oldest first
-    choice: resume.Choice | None = None
-    learners: int | None = None  # SMA's count, resolved (auto is tuned once per run)
-    profiler: Profiler | None = None  # --profile: traces of a window of steps
-    noise: NoiseScale | None = None  # the gradient noise scale, measured every step
-
-    def progress(self) -> dict[str, Any]:
-        """What the record needs from before a checkpoint (see training/state.py)."""
-        return {"epochs": [dict(e) for e in self.epochs], "tta": self.tta,
-                "elapsed_s": time.perf_counter() - self.t_start, "warm": sorted(self.warm),
-                "resumed": [dict(r) for r in self.resumed], "learners": self.learners}
-
-
-def _train(cfg: TrainConfig, world: World) -> dict | None:
+def _train(cfg: TrainConfig, world: World, plan: Plan | None) -> dict | None:
     started, t_setup = now(), time.perf_counter()
-    run = _set_up(cfg, world)
-    # the tuner's steps were training time: they count towards time-to-accuracy
+    run = _set_up(cfg, world, plan)
+    try:
+        return _train_set_up(cfg, world, run, started, t_setup)
+    except RuntimeError as error:
+        # a broken exchange is often the echo of a helper process's death (a killed parameter
+        # server): the strategy names that death rather than the peer that saw it first
+        cause = run.strategy.explain(error)
+        if cause is error:
+            raise
+        raise cause from error
+
+
+def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
+                  t_setup: float) -> dict | None:
+    progress = run.progress
+    # the strategy's decisions took training steps: they count towards time-to-accuracy
     setup_s = time.perf_counter() - t_setup - run.tuning_s
     t_attempt, first_step_at = time.perf_counter() - run.tuning_s, time.time() - run.tuning_s
-    run.t_start = t_attempt - run.elapsed_before  # elapsed_s goes on from the checkpoint's
+    progress.t_start = t_attempt - progress.elapsed_before  # elapsed_s goes on from the checkpoint
     pruned = None
-    first = run.position["epoch"]
+    first = progress.position["epoch"]
     for epoch in range(first, run.plan.epochs + 1):
-        entry, rows = _epoch(run, epoch, run.epoch_part if epoch == first else None)
-        run.rows[epoch] = rows
-        run.epochs.append(entry)
+        entry, rows = _epoch(run, epoch, progress.epoch_part if epoch == first else None)
+        progress.rows[epoch] = rows
+        progress.epochs.append(entry)
         if world.is_main:
-            print(_epoch_line(entry, run.plan), flush=True)
-        run.tta = _time_to_accuracy(cfg, entry, run.tta)
-        stop = bool(cfg.stop_at_target and run.tta and run.tta["reached"])
+            print(epoch_line(entry, run.plan, run.task), flush=True)
+        progress.tta = time_to_target(cfg, run.task, entry, progress.tta)
+        stop = bool(cfg.stop_at_target and progress.tta and progress.tta["reached"])
         if not stop and run.judge is not None and run.judge.stop(entry):
             pruned, stop = epoch, True
             if world.is_main:
                 print(f"parascale: the search pruned this trial after epoch {epoch}", flush=True)
-        if not stop and run.keeper is not None and run.keeper.due_after_epoch(epoch, run.step):
-            run.keeper.write(run, {"step": run.step, "epoch": epoch + 1, "done": 0})
+        if not stop and run.keeper is not None and \
+                run.keeper.due_after_epoch(epoch, progress.step):
+            run.keeper.write(run, {"step": progress.step, "epoch": epoch + 1, "done": 0})
         if stop:
             break
     run.profiler.close()
@@ -149,16 +129,17 @@ def _train(cfg: TrainConfig, world: World) -> dict | None:
         print(said, flush=True)
     run.strategy.finish()
     ended = time.perf_counter()
-    window = run.cpu.end_window()
-    return assemble(cfg, world, run.plan, run.strategy, run.epochs, _steady(run), run.tta,
-                    {"setup_s": setup_s, "total_s": ended - run.t_start, "start": started,
-                     "training_s": ended - t_attempt, "first_step_at": first_step_at}, window,
-                    None if run.judge is None else {"trial": run.judge.number,
-                                                    "pruned_at_epoch": pruned},
-                    _continuity(run, started))
+    times = Times(setup_s=setup_s, total_s=ended - progress.t_start, start=started,
+                  training_s=ended - t_attempt, first_step_at=first_step_at)
+    search = None if run.judge is None else {"trial": run.judge.number,
+                                             "pruned_at_epoch": pruned}
+    kept = steady(progress, run.plan.steps_per_epoch, run.plan.epochs)
+    return assemble(cfg, world, run.plan, run.strategy, Summary(
+        progress.epochs, kept, progress.tta, times, run.cpu.end_window(), search,
+        _continuity(run, started), task=run.task.section()), memory=run.memory)
 
 
-def _continuity(run: _Run, started: str) -> dict[str, Any]:
+def _continuity(run: Run, started: str) -> dict[str, Any]:
     """The record's ``resumed``, ``restarts`` and ``checkpoints`` (the local launcher replaces
     ``restarts`` with its own list; under torchrun only the current restart is known)."""
     restarts = []
@@ -167,12 +148,13 @@ def _continuity(run: _Run, started: str) -> dict[str, Any]:
                          "reason": f"{run.world.launcher} started the workers again (attempt "
                                    f"{env.attempt()}); it does not say which rank failed, or why",
                          "from_step": run.choice.step if run.choice else None})
-    return {"resumed": run.resumed or None, "restarts": restarts,
+    return {"resumed": run.progress.resumed or None, "restarts": restarts,
             "checkpoints": run.keeper.summary() if run.keeper is not None else None,
-            "profile": run.profiler.summary(), "noise": run.noise.summary()}
+            "profile": run.profiler.summary(), "noise": run.noise.summary(),
+            "flops": run.flops}
 
 
-def _set_up(cfg: TrainConfig, world: World) -> _Run:
+def _set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     """Threads, data, plan, model, optimizer and watches, ready for the first step: of the run,
     or after the checkpoint it continues from."""
     if world.is_main:  # start-up can take long on a busy machine: say what it is doing
@@ -183,42 +165,38 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
         torch.set_num_threads(threads)
     faults = Faults.from_env(world.rank)
     device = world.device
-    bundle = data.build(cfg)
-    auto = cfg.sync == "sma" and cfg.learners == "auto"
-    choice = resume.in_world(cfg, world, None if auto else
-                             make_plan(cfg, world.size, len(bundle.train), len(bundle.test)
-                                       ).total_steps)
-    saved = checkpoint.load(choice.path) if choice else None
+    task, bundle = tasks.prepare(cfg)
+    kind = sync.strategy_of(cfg)
+    pending = kind.resolves_before_training(cfg)  # the plan is known once it is decided
+    plan = _plan(cfg, world, bundle, given)
+    choice = resume.in_world(cfg, world, None if pending else plan.total_steps)
+    saved = checkpoint.load(Path(choice.path)) if choice else None
     original = cfg
-    tuning, tuning_s = [], 0.0
-    if auto and saved is not None:  # tuned once per run: the checkpoint knows the count
-        cfg = dataclasses.replace(cfg, learners=saved["progress"]["learners"])
-    elif auto:  # decided on real steps, before training
-        from parascale.sync import sma_tune
-
-        count, tuning, tuning_s = sma_tune.tune(cfg, world, bundle,
-                                                lambda: _build_model(cfg, bundle, device))
-        cfg = dataclasses.replace(cfg, learners=count)
-    plan = make_plan(cfg, world.size, len(bundle.train), len(bundle.test))
+    resolved = kind.resolve(cfg, world, bundle, lambda: _build_model(original, task, device),
+                            saved["progress"] if saved is not None else None)
+    cfg, tuning_s = resolved.cfg, resolved.seconds
+    if pending:  # the plan of the setting now decided
+        plan = _plan(cfg, world, bundle, None)
     strategy = sync.build(cfg, world)
-    if tuning:
-        strategy.tuning = tuning
-    net = strategy.wrap(_build_model(cfg, bundle, device))
-    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    strategy.adopt(resolved)
+    model = _build_model(cfg, task, device)
+    measured = flops.measure(cfg, world, plan.derived.per_device_batch, bundle.train, model,
+                             task.loss)
+    net = strategy.wrap(model)
+    optimizer = strategy.wrap_optimizer(tasks.build_optimizer(task, cfg, net.parameters()))
     scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" and device.type == "cuda" \
         else None
     if world.is_main:
-        _banner(cfg, world, plan, bundle)
+        _banner(cfg, world, plan, bundle, task)
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
     cpu = CpuWatch(world.host, world.local_rank)
-    run = _Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
-               StepClock(device), cpu, tuning_s=tuning_s, judge=Judge.from_env(world),
-               choice=choice,
-               learners=cfg.learners if isinstance(cfg.learners, int) else None,
-               profiler=Profiler(cfg, world),
-               noise=NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)))
+    progress = Progress(learners=cfg.learners if isinstance(cfg.learners, int) else None)
+    run = Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
+              StepClock(device), cpu, Profiler(cfg, world),
+              NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,
+              tuning_s=tuning_s, judge=Judge.from_env(world), choice=choice, flops=measured,
+              memory=MemorySplit(enabled=not cfg.compile))
     folder = resume.checkpoints_of(cfg)
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
@@ -229,90 +207,114 @@ def _set_up(cfg: TrainConfig, world: World) -> _Run:
     return run
 
 
-def _epoch(run: _Run, epoch: int, part: dict | None = None) -> tuple[dict, list[list[float]]]:
+def _plan(cfg: TrainConfig, world: World, bundle: DataBundle, given: Plan | None) -> Plan:
+    """The launcher's plan, made once from the data it checked; this worker's own when none
+    was handed over (or the strategy resolved a setting since). A handed-over plan must be of
+    this world and these data: ranks with different plans would wait on each other forever."""
+    if given is None:
+        return make_plan(cfg, world.size, len(bundle.train), len(bundle.test),
+                         replicas=sync.strategy_of(cfg).replicas_per_device(cfg))
+    here = (world.size, len(bundle.train), len(bundle.test))
+    if (given.derived.world_size, given.train_samples, given.test_samples) != here:
+        raise RuntimeError(f"the launcher planned for {given.derived.world_size} worker(s), "
+                           f"{given.train_samples} training and {given.test_samples} test "
+                           f"samples; this worker has {here[0]}, {here[1]} and {here[2]}")
+    return given
+
+
+def _epoch(run: Run, epoch: int, part: dict | None = None) -> tuple[dict, list[list[float]]]:
     """One epoch's steps, then its record entry (evaluated when due) and its step-time rows.
 
     ``part``: what a checkpoint in the middle of this epoch kept (steps done, this rank's loss
     sum, time and step rows, and its augmentation generator): the epoch goes on from there.
     """
     cfg, world, plan, device = run.cfg, run.world, run.plan, run.world.device
+    progress = run.progress
     per_device = plan.derived.per_device_batch
     done = int(part["done"]) if part else 0
-    count = min(plan.steps_per_epoch, plan.total_steps - (run.step - done))
+    count = min(plan.steps_per_epoch, plan.total_steps - (progress.step - done))
     # a bar per epoch, on rank 0's terminal only (never in its log): a long epoch is never silent
-    progress = tqdm(total=count, initial=done, unit="step", file=console.terminal(sys.stderr),
-                    mininterval=0.5, miniters=1, disable=None if world.is_main else True,
-                    leave=False, desc=f"epoch {epoch}/{plan.epochs}")
+    bar = tqdm(total=count, initial=done, unit="step", file=console.terminal(sys.stderr),
+               mininterval=0.5, miniters=1, disable=None if world.is_main else True,
+               leave=False, desc=f"epoch {epoch}/{plan.epochs}")
     run.cpu.start_epoch()
     shard = train_shard(len(run.bundle.train), per_device, world.size, world.rank, cfg.accumulate,
                         cfg.seed, epoch, count)
     # augmentation randomness differs per rank and epoch, yet is reproducible
     generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + world.rank * 7919 + epoch)
-    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    losses = LossTally(device, part["loss_sum"] if part else None)
     carried_s = 0.0  # this rank's training time in the epoch before the checkpoint
     if part:
         generator.set_state(part["generator"])
-        loss_sum += part["loss_sum"].to(device)
         carried_s = float(part["time_s"])
         run.clock.rows = part["rows"].tolist()
         run.noise.restore(part.get("noise"))
     batches = iter(run.bundle.train.batches([mb for s in shard[done:] for mb in s], device,
                                             train=True, generator=generator,
                                             loader_workers=cfg.loader_workers))
-    t_epoch, paused = time.perf_counter(), 0.0  # paused: writing checkpoints, not training
-    first_step = run.step + 1
+    # CPU time beside wall time: on a shared machine the wall clock also counts the time other
+    # processes held the cores, the CPU time only this process's own work (every thread's)
+    # paused: writing checkpoints, not training
+    t_epoch, cpu_epoch, paused = time.perf_counter(), time.process_time(), 0.0
+    first_step = progress.step + 1
     rate = run.optimizer.param_groups[0]["lr"]
     for i in range(done, count):
-        rate = _step(run, batches, loss_sum)
-        progress.update()
-        if run.keeper is not None and i + 1 < count and run.keeper.due_after_step(run.step):
+        rate = _step(run, batches, losses)
+        bar.update()
+        if run.keeper is not None and i + 1 < count and run.keeper.due_after_step(progress.step):
             run.clock.flush()
-            mine = {"done": i + 1, "loss_sum": loss_sum,
+            mine = {"done": i + 1, "loss_sum": losses.total(),
                     "time_s": carried_s + time.perf_counter() - t_epoch - paused,
                     "rows": torch.tensor(run.clock.rows, dtype=torch.float64).reshape(-1, 5),
                     "noise": run.noise.part()}
-            paused += run.keeper.write(run, {"step": run.step, "epoch": epoch, "done": i + 1},
-                                       mine, generator)
+            paused += run.keeper.write(run, {"step": progress.step, "epoch": epoch,
+                                             "done": i + 1}, mine, generator)
     run.divergence.settle(final=True)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     epoch_time = carried_s + time.perf_counter() - t_epoch - paused
-    progress.close()
+    # a resumed epoch's CPU time before the checkpoint is not kept: its entry is a warm-up one
+    cpu_time = time.process_time() - cpu_epoch
+    bar.close()
     run.clock.flush()
     rows = run.clock.restart()
-    entry = _epoch_entry(epoch, count, plan, epoch_time, loss_sum, world, rate,
-                         run.cpu.end_epoch(), epoch in run.warm)
+    entry = _epoch_entry(epoch, count, plan, (epoch_time, cpu_time), losses.total(), world,
+                         rate, run.cpu.end_epoch(), epoch in progress.warm)
     entry.update(run.noise.end_epoch(epoch))
-    if run.profiler.covers(first_step, run.step):
+    if run.profiler.covers(first_step, progress.step):
         entry["profiled"] = True  # slowed by the profiler: left out of the steady figures
-    if part or (run.resumed and epoch == run.position["epoch"]):
+    if part or (progress.resumed and epoch == progress.position["epoch"]):
         entry["resumed"] = True  # its time spans a restart: a warm-up epoch again
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
         run.strategy.before_evaluation()
-        if cfg.evaluate_test:
-            entry["test_loss"], entry["test_accuracy"] = evaluate(
-                run.strategy.local_module(), run.bundle.test, world, max(per_device, 256),
-                lambda: _autocast(cfg, device))
-        if run.bundle.val is not None:  # --val-fraction: what a search may look at
-            entry["val_loss"], entry["val_accuracy"] = evaluate(
-                run.strategy.local_module(), run.bundle.val, world, max(per_device, 256),
-                lambda: _autocast(cfg, device))
-    entry["elapsed_s"] = time.perf_counter() - run.t_start
+        # --val-fraction: the validation split, what a search may look at
+        for name, split in (("test", run.bundle.test if cfg.evaluate_test else None),
+                            ("val", run.bundle.val)):
+            if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
+                entry.update({f"{name}_{metric}": value for metric, value in evaluate(
+                    run.task, run.strategy.local_module(), split, world, max(per_device, 256),
+                    lambda: _autocast(cfg, device)).items()})
+    if (tokens := data.tokens_per_sample(cfg)) is not None:
+        from parascale.data import text
+
+        entry.update(text.figures(entry, tokens))
+    entry["elapsed_s"] = time.perf_counter() - progress.t_start
     return entry, rows
 
 
-def _step(run: _Run, batches, loss_sum: torch.Tensor) -> float:
+def _step(run: Run, batches, losses: LossTally) -> float:
     """One optimizer step over ``accumulate`` micro-batches, timed by phase; its rate."""
     cfg, plan, clock, strategy, optimizer = run.cfg, run.plan, run.clock, run.strategy, \
         run.optimizer
     accumulate = cfg.accumulate
-    run.step += 1
-    step = run.step
+    run.progress.step += 1
+    step = run.progress.step
     run.faults.before_step(step, plan.derived.per_device_batch)
     rate = lr_rule.lr_at(step - 1, base_lr=cfg.lr, effective_lr=plan.derived.effective_lr,
                          warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
                          schedule=cfg.lr_schedule, steps_per_epoch=plan.steps_per_epoch,
-                         milestones=cfg.lr_milestones, gamma=cfg.lr_gamma)
+                         milestones=cfg.lr_milestones, gamma=cfg.lr_gamma,
+                         from_zero=cfg.warmup_steps > 0, lr_min=cfg.lr_min)
     for group in optimizer.param_groups:
         group["lr"] = rate
     prof = run.profiler
@@ -322,23 +324,29 @@ def _step(run: _Run, batches, loss_sum: torch.Tensor) -> float:
         micro = [next(batches) for _ in range(accumulate)]
     clock.mark()
     with prof.phase("compute"):
-        for m, (x, y) in enumerate(micro):
+        step_loss: torch.Tensor | None = None  # the step's loss, over its micro-batches
+        for m, batch in enumerate(micro):
             with strategy.accumulating(last=m == accumulate - 1), \
-                    _autocast(cfg, run.world.device):
-                loss = run.faults.loss(step, run.loss_fn(run.net(x), y))
-            step_loss = loss.detach() if m == 0 else step_loss + loss.detach()
+                    _autocast(cfg, run.world.device), run.memory.forward():
+                loss = run.faults.loss(step, run.task.loss(run.net, batch))
+            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
             if m == accumulate - 1:
                 run.divergence.observe(step, step_loss, rate)  # an all-reduce overlapping
-            scaled = loss / accumulate
+            scaled = loss / accumulate if accumulate > 1 else loss  # x / 1: the same, one op less
             (run.scaler.scale(scaled) if run.scaler else scaled).backward()
-            loss_sum += loss.detach().double() * y.shape[0]
+            losses.add(loss, tasks.samples_in(batch))
     clock.boundary(strategy.compute_end())
     with prof.phase("sync"):
         strategy.synchronize(optimizer)
     clock.boundary()
     with prof.phase("optimizer"):
         run.noise.observe()  # the averaged gradient, before the optimizer uses it
+        if cfg.clip_grad_norm is not None:  # the averaged gradient, as one device's would be
+            if run.scaler is not None:
+                run.scaler.unscale_(optimizer)
+            nn.utils.clip_grad_norm_(run.net.parameters(), cfg.clip_grad_norm)
         strategy.step(optimizer, run.scaler)
+        run.memory.after_step(run.net, optimizer)  # once: the held bytes by category
         optimizer.zero_grad(set_to_none=True)
     clock.boundary()
     with prof.phase("sync"):
@@ -349,85 +357,42 @@ def _step(run: _Run, batches, loss_sum: torch.Tensor) -> float:
     return rate
 
 
-def _steady(run: _Run) -> tuple:
-    """The step-time rows that count as steady state, what was left out, and where they are.
-
-    Warm-up epochs are left out: the first, and the one each resume continued in (a new
-    process warms up again)."""
-    epochs = run.epochs
-    warm = [e["epoch"] for e in epochs if e["warmup"]]
-    profiled = [e["epoch"] for e in epochs if e.get("profiled") and not e["warmup"]]
-    steady = [e for e in epochs if not e["warmup"] and not e.get("profiled")]
-    if steady:
-        rows = [row for e in steady for row in run.rows.get(e["epoch"], [])]
-        if profiled:
-            return (rows, f"{epochs_named(warm)} (warm-up) and {epochs_named(profiled)} "
-                          "(profiled)", f"the steps of {epochs_named([e['epoch'] for e in steady])}")
-        if warm == [1] and [e["epoch"] for e in steady] == list(range(2, epochs[-1]["epoch"] + 1)):
-            partial = "" if epochs[-1]["steps"] == run.plan.steps_per_epoch else \
-                f" (the partial epoch {epochs[-1]['epoch']})"
-            return rows, "epoch 1 (warm-up)", f"steps {epochs[0]['steps'] + 1}-{run.step}{partial}"
-        return (rows, f"{epochs_named(warm)} (warm-up: the first, and each one a resumed run "
-                      "continued in)", f"the steps of {epochs_named([e['epoch'] for e in steady])}")
-    # no steady epoch: the last one's first tenth (at least a step) stands in for the warm-up
-    last = epochs[-1]["epoch"]
-    warmup_rows = run.rows.get(last, [])
-    cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
-    if len(epochs) > 1 or run.resumed:
-        where = f"epoch {last} (each earlier epoch a warm-up)" if len(epochs) > 1 else \
-            f"epoch {last} (the only one, after a resume)"
-    else:
-        where = "the only epoch" if run.plan.epochs == 1 else \
-            "epoch 1 (training stopped at the target there)"
-    return (warmup_rows[cut:], f"first {cut} steps of {where}",
-            f"steps {cut + 1}-{len(warmup_rows)} of {where}")
-
-
-def _epoch_entry(epoch: int, steps: int, plan: Plan, epoch_time: float,
+def _epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],
                  loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float],
                  warmup: bool) -> dict:
-    """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank;
-    what else used the CPUs meanwhile (``cpu``: this rank's ``CpuWatch.end_epoch``)."""
+    """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank
+    and each rank's CPU time (``times``: this rank's); what else used the CPUs meanwhile
+    (``cpu``: this rank's ``CpuWatch.end_epoch``)."""
+    epoch_time, cpu_time = times
     samples = steps * plan.derived.global_batch
     totals = torch.stack([loss_sum, torch.tensor(float(samples) / world.size,
                                                  dtype=torch.float64, device=loss_sum.device)])
     dist.all_reduce(totals)
-    mine = torch.tensor([epoch_time, *cpu], dtype=torch.float64, device=loss_sum.device)
+    mine = torch.tensor([epoch_time, cpu_time, *cpu], dtype=torch.float64,
+                        device=loss_sum.device)
     gathered = [torch.zeros_like(mine) for _ in range(world.size)]
     dist.all_gather(gathered, mine)
     per_rank = [float(g[0]) for g in gathered]
-    other, steal = epoch_load([g[1:].tolist() for g in gathered])
+    other, steal = epoch_load([g[2:].tolist() for g in gathered])
     train_loss = float(totals[0] / totals[1])  # finite: every step's loss was checked
     wall = max(per_rank)
     return {"epoch": epoch, "warmup": warmup, "steps": steps,
             "partial": steps < plan.steps_per_epoch, "wall_time_s": wall,
-            "wall_time_s_per_rank": per_rank, "samples": samples,
+            "wall_time_s_per_rank": per_rank,
+            "cpu_time_s_per_rank": [float(g[1]) for g in gathered], "samples": samples,
             "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
             "test_loss": None, "test_accuracy": None, "lr": rate,
             "other_cores": other, "steal_cores": steal}
 
 
-def _time_to_accuracy(cfg: TrainConfig, entry: dict, tta: dict | None) -> dict | None:
-    if cfg.target_accuracy is None:
-        return None
-    if tta and tta["reached"]:
-        return tta
-    accuracy = entry["test_accuracy"] if cfg.evaluate_test else entry.get("val_accuracy")
-    reached = accuracy is not None and accuracy >= cfg.target_accuracy
-    return {"target": cfg.target_accuracy, "reached": reached,
-            "split": "test" if cfg.evaluate_test else "validation",
-            "epoch": entry["epoch"] if reached else None,
-            "elapsed_s": entry["elapsed_s"] if reached else None}
-
-
-def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle) -> None:
+def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle, task: tasks.Task) -> None:
     d = plan.derived
     threads = torch.get_num_threads()
     rule = "" if cfg.lr_scaling == "none" else \
         f" ({cfg.lr_scaling} scaling from base batch {d.base_batch})"
     warm = f", warm-up {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""
     accumulate = f" x {cfg.accumulate} accumulation steps" if cfg.accumulate > 1 else ""
-    print(f"parascale: {cfg.model} on {cfg.dataset}, {world.size} worker(s) on "
+    print(f"parascale: {task.name}, {world.size} worker(s) on "
           f"{world.device.type} ({world.backend}, {world.launcher} launch, {threads} thread(s) "
           f"per worker), sync {cfg.sync}", flush=True)
     print(f"  batch {d.per_device_batch} per device x {world.size} workers{accumulate} = "
@@ -437,20 +402,3 @@ def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle) -> None:
         if cfg.evaluate_test else f"{held} (the test set is not evaluated)"
     print(f"  {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.steps_per_epoch} steps "
           f"over {len(bundle.train)} training samples; {evaluated}", flush=True)
-
-
-def _epoch_line(entry: dict, plan: Plan) -> str:
-    acc = entry["test_accuracy"]
-    test = f", test loss {entry['test_loss']:.4f}, accuracy {acc:.2%}" if acc is not None else ""
-    if entry.get("val_accuracy") is not None:
-        test += f", validation accuracy {entry['val_accuracy']:.2%}"
-    notes = (["resumed"] if entry.get("resumed") else []) + \
-        (["profiled"] if entry.get("profiled") else []) + \
-        (["warm-up"] if entry["warmup"] else [])
-    if entry["partial"]:
-        notes.append(f"partial, {entry['steps']} of {plan.steps_per_epoch} steps")
-    note = f" ({'; '.join(notes)})" if notes else ""
-    if entry.get("noise_scale") is not None:
-        test += f", noise scale {entry['noise_scale']:,.0f}"
-    return (f"epoch {entry['epoch']}/{plan.epochs}{note}: {entry['wall_time_s']:.2f} s, "
-            f"{entry['throughput']:,.0f} samples/s, train loss {entry['train_loss']:.4f}{test}")

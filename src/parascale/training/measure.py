@@ -11,10 +11,15 @@ on the device every step would serialise the very overlap we want to see).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from statistics import median
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from parascale.training.run import Progress
 
 PHASES = ("data", "compute", "sync", "optimizer")
 
@@ -68,6 +73,79 @@ class StepClock:
         since the first one's steps are the warm-up."""
         rows, self.rows, self._pending = self.rows, [], []
         return rows
+
+
+class LossTally:
+    """This rank's sum of the epoch's training losses, each times its batch's samples.
+
+    The step only keeps its loss (no arithmetic, no copy to the host: on a small model the
+    three tensor operations a running sum takes are a visible share of the step); ``total``
+    adds them up when asked, in step order and in float64: bit for bit the running sum.
+    """
+
+    def __init__(self, device: torch.device, start: torch.Tensor | None = None):
+        self.device = device
+        self._sum = 0.0 if start is None else float(start)
+        self._losses: list[torch.Tensor] = []
+        self._samples: list[int] = []
+
+    def add(self, loss: torch.Tensor, samples: int) -> None:
+        self._losses.append(loss.detach())
+        self._samples.append(samples)
+
+    def total(self) -> torch.Tensor:
+        """The sum so far, as a float64 scalar on the device."""
+        if self._losses:
+            weighted = torch.stack(self._losses).double() * torch.tensor(
+                self._samples, dtype=torch.float64, device=self._losses[0].device)
+            for value in weighted.tolist():  # one at a time: the running sum's rounding
+                self._sum += value
+            self._losses, self._samples = [], []
+        return torch.tensor(self._sum, dtype=torch.float64, device=self.device)
+
+
+@dataclass
+class Steady:
+    """This rank's step rows that count as steady state, what was left out, which steps."""
+
+    rows: list[list[float]]
+    excluded: str
+    source: str
+
+
+def steady(progress: Progress, steps_per_epoch: int, planned_epochs: int) -> Steady:
+    """The step-time rows that count as steady state, what was left out, and where they are.
+
+    Warm-up epochs are left out: the first, and the one each resume continued in (a new
+    process warms up again)."""
+    epochs = progress.epochs
+    warm = [e["epoch"] for e in epochs if e["warmup"]]
+    profiled = [e["epoch"] for e in epochs if e.get("profiled") and not e["warmup"]]
+    kept = [e for e in epochs if not e["warmup"] and not e.get("profiled")]
+    if kept:
+        rows = [row for e in kept for row in progress.rows.get(e["epoch"], [])]
+        if profiled:
+            return Steady(rows, f"{epochs_named(warm)} (warm-up) and {epochs_named(profiled)} "
+                          "(profiled)", f"the steps of {epochs_named([e['epoch'] for e in kept])}")
+        if warm == [1] and [e["epoch"] for e in kept] == list(range(2, epochs[-1]["epoch"] + 1)):
+            partial = "" if epochs[-1]["steps"] == steps_per_epoch else \
+                f" (the partial epoch {epochs[-1]['epoch']})"
+            return Steady(rows, "epoch 1 (warm-up)",
+                          f"steps {epochs[0]['steps'] + 1}-{progress.step}{partial}")
+        return Steady(rows, f"{epochs_named(warm)} (warm-up: the first, and each one a resumed "
+                      "run continued in)", f"the steps of {epochs_named([e['epoch'] for e in kept])}")
+    # no steady epoch: the last one's first tenth (at least a step) stands in for the warm-up
+    last = epochs[-1]["epoch"]
+    warmup_rows = progress.rows.get(last, [])
+    cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
+    if len(epochs) > 1 or progress.resumed:
+        where = f"epoch {last} (each earlier epoch a warm-up)" if len(epochs) > 1 else \
+            f"epoch {last} (the only one, after a resume)"
+    else:
+        where = "the only epoch" if planned_epochs == 1 else \
+            "epoch 1 (training stopped at the target there)"
+    return Steady(warmup_rows[cut:], f"first {cut} steps of {where}",
+                  f"steps {cut + 1}-{len(warmup_rows)} of {where}")
 
 
 def stats(values) -> dict[str, float] | None:

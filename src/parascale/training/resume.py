@@ -21,6 +21,7 @@ from typing import Any
 
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
+from parascale.files import check_writable_folder
 from parascale.record import now
 from parascale.runtime import env
 from parascale.training import checkpoint
@@ -31,8 +32,9 @@ from parascale.training import checkpoint
 MAY_DIFFER = frozenset({
     "out", "port", "timeout", "max_restarts", "checkpoint_every", "keep", "resume", "save_model",
     "oversubscribe", "verify_data", "download", "data_dir", "loader_workers", "threads",
-    "epochs", "steps", "eval_every", "target_accuracy", "stop_at_target", "workers", "gpus",
-    "profile", "noise_scale",  # they measure, and change nothing the checkpoint holds
+    "epochs", "steps", "eval_every", "target_accuracy", "target_metric", "target_value",
+    "stop_at_target", "workers", "gpus",
+    "profile", "noise_scale", "peak_tflops",  # they measure, and change nothing saved
 })
 
 
@@ -84,9 +86,13 @@ def checkpointing(cfg: TrainConfig) -> bool:
 
 
 def refuse_fresh_start(cfg: TrainConfig) -> None:
-    """A run that starts afresh and writes checkpoints must not mix them with an earlier run's
-    (a restart would take the newest, maybe the earlier run's): one line instead."""
-    if cfg.resume or cfg.checkpoint_every is None or env.restarted_by_torchrun():
+    """A run that starts afresh in a folder holding an earlier run's checkpoints is refused,
+    one line, whether it writes checkpoints or not. One that writes them would mix its own with
+    the earlier run's (a restart would take the newest, maybe the earlier run's). One that does
+    not would set its results beside checkpoints that are not its own, which a later --resume
+    would continue, replacing them; and an interrupted run's checkpoints are all it has, so a
+    fresh run there has most likely forgotten --resume."""
+    if not cfg.out or cfg.resume or env.restarted_by_torchrun():  # no --out: nothing is kept
         return
     folder = checkpoint.folder_of(cfg.out)
     present = checkpoint.listing(folder)
@@ -96,8 +102,28 @@ def refuse_fresh_start(cfg: TrainConfig) -> None:
                          f"{folder} to start afresh")
 
 
-def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps: int) -> str | None:
-    """Why this run cannot continue from a checkpoint with ``manifest``, or None."""
+def check_folder(cfg: TrainConfig) -> None:
+    """A run that keeps checkpoints (and its log beside them) needs DIR/checkpoints to be a
+    folder it can write, holding nothing in the way of its files: checked before any worker
+    starts, one line, rather than an OSError in rank 0 at its first checkpoint."""
+    if not cfg.out or not checkpointing(cfg):
+        return
+    folder = checkpoint.folder_of(cfg.out)
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(f"--out {cfg.out}: {folder} is not a folder, and the run's checkpoints "
+                         "live in a folder of that name; move it away or choose another --out")
+    check_writable_folder(folder, "the checkpoints folder")
+    for path in checkpoint.in_the_way(folder):
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise UsageError(f"--out {cfg.out}: {path} is {what}, where the run writes its "
+                         f"{'log' if path.name == checkpoint.LOG_NAME else 'checkpoints'}; "
+                         "remove it or choose another --out")
+
+
+def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps: int | None,
+             cut_short: int | None = None) -> str | None:
+    """Why this run cannot continue from a checkpoint with ``manifest``, or None.
+    ``cut_short``: the epoch the checkpoint's run ended in the middle of (``Found.cut_short``)."""
     if manifest.get("world_size") != size:
         return (f"it was written by {manifest.get('world_size')} workers and this run has "
                 f"{size}; the data order, each rank's state and the strategy's depend on it")
@@ -110,9 +136,15 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
         more = f" (and {len(differ) - 1} more setting(s))" if len(differ) > 1 else ""
         return (f"it was written with --{name.replace('_', '-')} {_shown(theirs[name])} and "
                 f"this run gives {_shown(mine[name])}{more}")
+    if total_steps is None:  # not known yet (SMA tunes its learners first)
+        return None
     if manifest["step"] > total_steps:
         return (f"it is at step {manifest['step']}, past the {total_steps} steps this run "
                 "trains; give at least as many --epochs or --steps")
+    if cut_short is not None and total_steps > manifest["step"]:
+        # the loop would go on from the next epoch: the rest of this one never trained
+        return (f"its run ended after step {manifest['step']}, in the middle of epoch "
+                f"{cut_short}, and a longer run would leave the rest of that epoch untrained")
     return None
 
 
@@ -122,7 +154,7 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def choose(cfg: TrainConfig, size: int, total_steps: int, by: str,
+def choose(cfg: TrainConfig, size: int, total_steps: int | None, by: str,
            say: Callable[[str], None] = print, **why: Any) -> Choice | None:
     """The newest usable checkpoint of the run (UsageError when it belongs to other settings),
     or None: the run starts from the beginning, which is said."""
@@ -133,7 +165,7 @@ def choose(cfg: TrainConfig, size: int, total_steps: int, by: str,
         what = "no usable checkpoint" if damaged else "no checkpoint"
         say(f"parascale: {what} in {folder}; starting from the beginning")
         return None
-    problem = mismatch(found.manifest or {}, cfg, size, total_steps)
+    problem = mismatch(found.manifest or {}, cfg, size, total_steps, found.cut_short)
     if problem:
         raise UsageError(f"cannot continue from {found.label}: {problem}; resume with the "
                          "settings it was written with, or start afresh in another --out")

@@ -10,8 +10,9 @@ What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
 - ``ranks``: per rank, the strategy's state (``Strategy.state_dict``), every RNG state (torch's
   global CPU and CUDA generators, numpy's, Python's, and the epoch's augmentation generator,
   seeded per rank), and what the epoch in progress has measured (loss sum, time, step rows).
-- ``progress``: what the record needs from before: finished epochs, time-to-accuracy, training
-  time so far, the step rows of finished epochs, earlier resumes, SMA's tuned learner count.
+- ``progress``: what the record needs from before (``Progress.state_dict``, training/run.py):
+  finished epochs, time-to-accuracy, training time so far, earlier resumes, SMA's tuned learner
+  count. Each rank's step rows of finished epochs are in ``ranks``.
 
 Gathering is collective (``gather_object`` to rank 0, which alone writes); it happens after the
 divergence check has decided every step so far, so a checkpoint never holds a diverged model.
@@ -19,7 +20,7 @@ divergence check has decided every step so far, so a checkpoint never holds a di
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +28,10 @@ import torch.distributed as dist
 from torch import nn
 
 from parascale.sync.base import unwrap
+
+if TYPE_CHECKING:
+    from parascale.training.resume import Choice
+    from parascale.training.run import Run
 
 
 def _tensors(value: Any, change) -> Any:
@@ -51,7 +56,7 @@ def _owned(value: Any) -> Any:
 
 
 def rng_states(device: torch.device, generator: torch.Generator | None) -> dict[str, Any]:
-    numpy_state = np.random.get_state()
+    numpy_state: Any = np.random.get_state()  # the legacy tuple: (name, keys, pos, ...)
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
@@ -78,9 +83,8 @@ def _rows(rows: list[list[float]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64).reshape(-1, 5)
 
 
-def capture(run, position: dict[str, int], progress: dict[str, Any],
-            epoch_part: dict[str, Any] | None, generator: torch.Generator | None
-            ) -> dict[str, Any] | None:
+def capture(run: Run, position: dict[str, int], epoch_part: dict[str, Any] | None,
+            generator: torch.Generator | None) -> dict[str, Any] | None:
     """Collective: every rank's state, gathered; the checkpoint on rank 0, None elsewhere.
 
     ``epoch_part``: this rank's measurements of the epoch in progress (None at an epoch's end).
@@ -91,7 +95,7 @@ def capture(run, position: dict[str, int], progress: dict[str, Any],
         "strategy": _cpu(run.strategy.state_dict()),  # collective for some strategies
         "rng": rng_states(run.world.device, generator),
         "epoch_part": _cpu(epoch_part),
-        "rows": {epoch: _rows(rows) for epoch, rows in run.rows.items()},
+        "rows": {epoch: _rows(rows) for epoch, rows in run.progress.rows.items()},
     }
     if not agree:
         mine.update(_trained(run))
@@ -104,7 +108,7 @@ def capture(run, position: dict[str, int], progress: dict[str, Any],
         return None
     return {"position": dict(position), "replicas_agree": agree,
             "shared": _trained(run) if agree else None, "ranks": gathered,
-            "progress": progress}
+            "progress": run.progress.state_dict()}
 
 
 def _model_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -118,13 +122,13 @@ def _load_model(module: nn.Module, saved: dict[str, torch.Tensor]) -> None:
     module.load_state_dict({**saved, **structure})
 
 
-def _trained(run) -> dict[str, Any]:
+def _trained(run: Run) -> dict[str, Any]:
     return {"model": _cpu(_model_state(unwrap(run.net))),
             "optimizer": _cpu(run.optimizer.state_dict()),
             "scaler": None if run.scaler is None else run.scaler.state_dict()}
 
 
-def restore(run, saved: dict[str, Any]) -> dict[str, Any]:
+def restore(run: Run, saved: dict[str, Any]) -> dict[str, Any]:
     """Put this rank's model, optimizer, scaler, strategy state and RNGs back (collective, for
     the strategies that talk to their servers); return this rank's part of the checkpoint."""
     rank = run.world.rank
@@ -136,29 +140,28 @@ def restore(run, saved: dict[str, Any]) -> dict[str, Any]:
         run.scaler.load_state_dict(trained["scaler"])
     run.strategy.load_state_dict(mine["strategy"])
     set_rng_states(mine["rng"], run.world.device)
-    run.rows = {int(epoch): rows.tolist() for epoch, rows in mine["rows"].items()}
+    run.progress.rows = {int(epoch): rows.tolist() for epoch, rows in mine["rows"].items()}
     return mine
 
 
-def continue_run(run, saved: dict[str, Any], choice) -> None:
+def continue_run(run: Run, saved: dict[str, Any], choice: Choice) -> None:
     """Take the run up where checkpoint ``saved`` left it: state (collective, see
     :func:`restore`), position, what the record needs, and one line on rank 0."""
     from parascale.runtime import env
 
     mine = restore(run, saved)
-    progress, position = saved["progress"], saved["position"]
-    run.position, run.step = dict(position), int(position["step"])
-    run.epochs = [dict(e) for e in progress["epochs"]]
-    run.tta, run.elapsed_before = progress["tta"], float(progress["elapsed_s"])
-    run.warm = set(progress["warm"]) | {int(position["epoch"])}  # a new process warms up
-    run.resumed = [dict(r) for r in progress["resumed"]] + [choice.entry()]
+    progress, position = run.progress, saved["position"]
+    progress.load_state_dict(saved["progress"])
+    progress.position, progress.step = dict(position), int(position["step"])
+    progress.warm.add(int(position["epoch"]))  # a new process warms up
+    progress.resumed.append(choice.entry())
     if mine["epoch_part"] is not None:
-        run.epoch_part = {**mine["epoch_part"], "generator": mine["rng"]["epoch"]}
+        progress.epoch_part = {**mine["epoch_part"], "generator": mine["rng"]["epoch"]}
     if run.world.is_main:
         where = (f"in epoch {position['epoch']} after its step {position['done']}"
                  if position["done"] else f"at the start of epoch {position['epoch']}"
-                 if run.step < run.plan.total_steps else "after the last step")
+                 if progress.step < run.plan.total_steps else "after the last step")
         how = {"resume": "--resume", "restart": f"restart {env.attempt()}",
                "torchrun": f"torchrun's restart {env.attempt()}"}.get(choice.by, choice.by)
-        print(f"parascale: continuing from {choice.label} ({how}): step {run.step} of "
+        print(f"parascale: continuing from {choice.label} ({how}): step {progress.step} of "
               f"{run.plan.total_steps}, {where}", flush=True)

@@ -1,5 +1,6 @@
-"""Numbers one run can be trusted with: partial and single epochs, the command's own wall time,
-progress on a terminal, and what else used the CPUs while the run trained (issue 9)."""
+"""One run's figures: partial and single epochs timed per step and said so, the command's whole
+wall time, and step progress on a terminal."""
+
 import fcntl
 import json
 import os
@@ -14,11 +15,7 @@ import time
 
 import pytest
 
-from parascale.cli.main import main
-
-# digits: 1437 training samples; a global batch of 64 gives 22 steps per epoch
-SMALL = ["--model", "mlp", "--dataset", "digits", "--global-batch", "64", "--timeout", "60",
-         "--no-save-model"]
+from helpers import SMALL, train_here
 
 
 def cli_train(out, *args, **popen):
@@ -28,15 +25,6 @@ def cli_train(out, *args, **popen):
                           **popen)
     assert proc.returncode == 0, proc.stderr
     return proc, json.loads((out / "record.json").read_text())
-
-
-def train_here(out, capfd, *args):
-    """``parascale train`` run in this process, whose fork server is warm: (output, record)."""
-    capfd.readouterr()
-    code = main(["train", *SMALL, *args, "--out", str(out)])
-    output = capfd.readouterr()
-    assert code == 0, output.err
-    return output, json.loads((out / "record.json").read_text())
 
 
 def assert_steady_from_steps(proc, record, source):
@@ -134,59 +122,3 @@ def test_a_terminal_shows_step_progress_within_each_epoch(tmp_path):
                             "--epochs", "2", "--out", str(tmp_path / "run")], os.environ.copy())
     for epoch in (1, 2):
         assert re.search(rf"epoch {epoch}/2:\s+\d+%\|[^|\r\n]*\|\s*\d+/22 ", shown), shown
-
-
-# Python busy loops on three threads (hashlib releases the GIL), in a session of its own: Linux's
-# autogroup scheduling shares the CPUs between sessions first, so a one-thread burner in the
-# test's session gets no more than the processes of other people's tests on a shared machine,
-# and need not be among the three a record names
-BURNER = ("import hashlib, threading\n"
-          "block = bytes(1 << 20)\n"
-          "def burn():\n"
-          "    while True:\n"
-          "        hashlib.sha256(block).digest()\n"
-          "for _ in range(3):\n"
-          "    threading.Thread(target=burn).start()\n")
-
-
-@pytest.mark.slow
-def test_a_cpu_burner_during_the_run_is_recorded_and_named(tmp_path, capfd):
-    burner = subprocess.Popen([sys.executable, "-c", BURNER], start_new_session=True)
-    try:
-        time.sleep(0.5)
-        proc, record = train_here(tmp_path / "run", capfd, "--workers", "1", "--steps", "60")
-    finally:
-        burner.kill()
-        burner.wait()
-    machine = record["machine"]
-    assert machine["busy"] is True, machine
-    assert machine["other_cores"] + machine["steal_cores"] >= machine["busy_threshold_cores"]
-    named = [p["pid"] for host in machine["hosts"] for p in host["top_others"]]
-    assert burner.pid in named, (burner.pid, machine["hosts"])
-    assert machine["window_s"] > 0 and machine["method"]
-    for entry in record["epochs"]:
-        assert entry["other_cores"] >= 0 and entry["steal_cores"] >= 0
-    last = proc.err.strip().splitlines()[-1]
-    assert last.startswith("parascale: warning: the CPUs were busy"), proc.err
-    assert "other processes used" in last and "pid " in last
-
-
-@pytest.mark.slow
-def test_version_is_printed_without_importing_torch():
-    code = ("import sys\nfrom parascale.cli.main import main\n"
-            "try:\n    main(['--version'])\nexcept SystemExit as exc:\n    code = exc.code\n"
-            "print('torch' in sys.modules, 'matplotlib' in sys.modules, code)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    import parascale
-
-    assert proc.stdout.splitlines() == [f"parascale {parascale.__version__}",
-                                        "False False 0"], proc.stderr
-
-
-def test_target_accuracy_help_says_it_is_a_fraction(capsys):
-    with pytest.raises(SystemExit):
-        main(["train", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    help_text = text[text.rindex("--target-accuracy"):][:300]  # its help, after the usage
-    assert "fraction" in help_text and "0.9 for 90 percent" in help_text, help_text

@@ -5,7 +5,8 @@ The trial's workers talk to the study's storage themselves, as Optuna's distribu
 the search process only starts trials and records their ends, so pruning costs no round trip
 through it, and a trial on another machine needs nothing but the storage URL. The pruner is not
 kept in the storage, so the search hands its description to the trial (``PARASCALE_JUDGE``).
-Optuna is imported only in a trial, never by a plain training run.
+Optuna is imported only in a trial, never by a plain training run. It lives in training/, not
+hpo/, because the loop uses it: hpo imports it from here (the arrows point down).
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import json
 import os
 from typing import Any
 
-ENV = "PARASCALE_JUDGE"
+from parascale.runtime import contract
+
+ENV = contract.JUDGE
 PRUNERS = ("median", "halving", "none")
 
 
@@ -28,26 +31,18 @@ def make_pruner(kind: str):
     return optuna.pruners.NopPruner()
 
 
-def open_storage(url: str):
-    """Optuna's database storage for ``url``; SQLite waits for a lock held by a concurrent trial
-    instead of failing at once (its default is 5 s)."""
-    import optuna
-
-    engine = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine)
-
-
-def intermediate(objective: str, accuracy: float) -> float:
-    """The value a pruner compares at each epoch, in the direction of the study: validation
-    accuracy (maximised), or for time-to-accuracy (minimised) the validation error."""
-    return accuracy if objective == "accuracy" else 1.0 - accuracy
+def intermediate(objective: str, value: float) -> float:
+    """The value a pruner compares at each epoch, in the direction of the study: the
+    metric's validation value, or for time-to-accuracy (minimised) the validation error."""
+    return 1.0 - value if objective == "tta" else value
 
 
 class Judge:
     def __init__(self, spec: dict[str, Any], world):
         self.spec, self.world = spec, world
         self.number: int = spec["number"]
-        self._trial = None
+        self._trial: Any = None  # optuna.trial.Trial, made at the first question (optuna is
+        # imported only in a trial)
 
     @classmethod
     def from_env(cls, world) -> Judge | None:
@@ -59,7 +54,7 @@ class Judge:
         import torch
         import torch.distributed as dist
 
-        accuracy = entry.get("val_accuracy")
+        accuracy = entry.get(f"val_{self.spec.get('metric', 'accuracy')}")
         if accuracy is None:  # not an evaluated epoch: nothing to judge
             return False
         verdict = torch.zeros(1, device=self.world.device)
@@ -72,6 +67,10 @@ class Judge:
     def _ask(self, epoch: int, accuracy: float) -> bool:
         if self._trial is None:
             import optuna
+
+            # the one opener of a study's file, with the search's other storage rules (its
+            # lock); imported at call time, so only a trial's rank 0 reaches up for it
+            from parascale.studydb import open_storage
 
             optuna.logging.set_verbosity(optuna.logging.WARNING)
             study = optuna.load_study(study_name=self.spec["study"],

@@ -1,0 +1,140 @@
+"""``parascale predict`` held to a real link: 2 nodes (network namespaces, .ci/nodes.py), each
+pinned to one core of its own, joined by links capped at each rate; prints the table
+recorded in benchmarks/RESULTS-multinode.md. Needs root.
+
+Per cap: ``parascale comm`` across the two nodes (torchrun, 1 worker a node) measures the link;
+per model, a 2-node training run (torchrun) is measured, and ``predict`` (weak scaling, N=2)
+is made from a 1-worker record taken on node0 alone just before (same load from the rest of
+the machine) and that cap's comm record. Models: smallcnn (0.6 MB of gradient) and
+benchmarks/multinode_models.py's wide_mlp (16.6 MB).
+
+    sudo .venv/bin/python benchmarks/multinode_predict.py [--caps 100,1000,0] [--steps 30]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from parascale import predict
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).with_name("RESULTS-multinode.md")
+MODELS = {"smallcnn": "smallcnn", "wide_mlp": "multinode_models:wide_mlp"}
+COMM_SIZES = "4K,64K,1M,4M,16M"
+
+
+def nodes_tool():
+    spec = importlib.util.spec_from_file_location("parascale_ci_nodes", ROOT / ".ci" / "nodes.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def env() -> dict[str, str]:
+    paths = [str(ROOT / "src"), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]
+    drop = ("PARASCALE_FAULT", "GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT")
+    return {**{k: v for k, v in os.environ.items() if k not in drop},
+            "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
+def on_nodes(nodes, argv: list[str]) -> None:
+    """``argv`` (a parascale command) under torchrun, one agent and one worker per node, node i
+    on core i: two machines of one core each."""
+    agents = [nodes.popen(n.index, [
+        "taskset", "-c", str(n.index), sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(n.index),
+        "--master-addr", "node0", "--master-port", "29500", "-m", "parascale", *argv],
+        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for n in nodes.nodes]
+    outputs = [a.communicate(timeout=1800)[0] for a in agents]
+    if any(a.returncode for a in agents):
+        raise SystemExit("a run across the nodes failed:\n" + "\n".join(outputs))
+
+
+def train_args(model: str, steps: int, out: Path) -> list[str]:
+    return ["train", "--model", MODELS[model], "--dataset", "digits", "--batch-size", "64",
+            "--threads", "1", "--steps", str(steps), "--no-save-model", "--out", str(out)]
+
+
+def one_node(nodes, model: str, steps: int, out: Path) -> dict:
+    argv = ["taskset", "-c", "0", sys.executable, "-m", "parascale",
+            *train_args(model, steps, out), "--workers", "1"]
+    nodes.run(0, argv, env=env(), check=True, stdout=subprocess.DEVNULL)
+    return json.loads((out / "record.json").read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--caps", default="100,1000,0", help="Mbit/s per link, 0 uncapped")
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    tool = nodes_tool()
+    why = tool.unavailable()
+    if why:
+        print(f"multinode_predict: {why}", file=sys.stderr)
+        return 2
+    caps = [float(c) for c in args.caps.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="parascale-multinode-"))
+    lines = ["| link cap | model | gradient | comm: 16 MB allreduce | step predicted | "
+             "step measured | E predicted | E measured | error | compute 1 node / 2 nodes | "
+             "sync predicted (wait + exposed) / measured |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    # SIGTERM (Ctrl-C's sibling) must reach the finally below, which removes the nodes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    nodes = tool.Nodes.up(2)
+    try:
+        for cap in caps:
+            nodes.cap(cap)
+            label = f"{cap:g} Mbit/s" if cap else "uncapped"
+            print(f"{label}: comm ...", file=sys.stderr, flush=True)
+            comm = work / f"comm-{cap:g}"
+            on_nodes(nodes, ["comm", "--ops", "allreduce", "--sizes", COMM_SIZES,
+                             "--out", str(comm)])
+            big = [r for r in json.loads((comm / "comm.json").read_text())["results"]
+                   if r["bytes"] == 16 << 20][0]
+            for model in MODELS:
+                # the 1-node record right before the 2-node run, so that both meet the same
+                # load from the rest of the machine (its link plays no part)
+                print(f"{label}: 1 node, then 2 nodes, {model} ...", file=sys.stderr, flush=True)
+                one = one_node(nodes, model, args.steps, work / f"one-{model}-{cap:g}")
+                out = work / f"two-{model}-{cap:g}"
+                on_nodes(nodes, train_args(model, args.steps, out))
+                two = json.loads((out / "record.json").read_text())
+                pred = predict.predict(predict.Options(
+                    sources=[str(work / f"one-{model}-{cap:g}")], comm=str(comm),
+                    workers=(1, 2), scaling="weak"))
+                at2 = pred.curves["weak"][1]
+                x1 = one["summary"]["steady_throughput"]
+                x2 = two["summary"]["steady_throughput"]
+                measured = x2 / (2 * x1)
+                step2 = two["steps"]["phases"]["step"]["mean"]
+                compute = [1e3 * (r["steps"]["phases"]["compute"]["mean"]
+                                  + r["steps"]["phases"]["data"]["mean"])
+                           for r in (one, two)]
+                grad = pred.model.gradient_bytes / 1e6
+                sync = two["steps"]["phases"]["sync"]["mean"]
+                lines.append(
+                    f"| {label} | {model} | {grad:.1f} MB | {big['time_s'] * 1e3:.1f} ms | "
+                    f"{at2.step_s * 1e3:.1f} ms | {step2 * 1e3:.1f} ms | {at2.efficiency:.1%} | "
+                    f"{measured:.1%} | {100 * (at2.efficiency - measured):+.1f} pp | "
+                    f"{compute[0]:.1f} / {compute[1]:.1f} ms | {at2.wait_s * 1e3:.1f} + "
+                    f"{at2.exposed_s * 1e3:.1f} / {sync * 1e3:.1f} ms |")
+                print(lines[-1], flush=True)
+    finally:
+        nodes.down()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The parsers of ``train`` and ``bench``, which ``slurm train`` and ``slurm bench`` build too
+(the same options, checked by the same code), and ``--quiet-machine``, which ``demo`` shares.
+Each command module sets its own ``func``; no command imports another."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from parascale.cli.options import add_train_options
+from parascale.digits import INT_RE, ascii_float, ascii_int
+
+TRAIN_DESCRIPTION = """\
+Train a model with synchronous data parallelism on N CPU worker processes (--workers, default
+one per core), on GPUs (--gpus 0,1,2,3), or as one rank of a world started by torchrun or srun.
+Give the per-device batch (--batch-size) or the global batch (--global-batch), not both: the
+other is derived and printed at start, with the effective learning rate.
+
+Writes DIR/record.json (the run record: configuration, environment, per-epoch and per-step
+measurements; see docs/record.md), DIR/model.pt (the final state_dict) and DIR/log.txt (what
+the run printed), nothing else; with --checkpoint-every also DIR/checkpoints/, from which
+--resume continues and --max-restarts restarts (docs/checkpoints.md).
+"""
+
+TRAIN_EXAMPLES = """\
+examples:
+  parascale train --workers 2 --model smallcnn --dataset digits --epochs 5
+  parascale train --gpus 0,1,2,3 --model resnet50 --dataset cifar10 --data-dir data \\
+      --image-size 128 --global-batch 1024 --lr 0.1 --lr-scaling linear --base-batch 256
+  torchrun --nnodes 2 --nproc-per-node 4 ... -m parascale train --model resnet20 ...
+"""
+
+
+def train_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``train``'s parser and options (its ``func`` is the caller's to set)."""
+    parser = subparsers.add_parser(
+        "train", help="train one model with data parallelism and write its run record",
+        description=TRAIN_DESCRIPTION, epilog=TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_train_options(parser)
+    return parser
+
+
+BENCH_DESCRIPTION = """\
+Run a scaling study: every configuration of a plan is one training run (as 'parascale train'),
+one after another, each recorded in STUDY/runs/<configuration>/record.json; at the end a summary
+table (speedup, efficiency, sync cost, time-to-accuracy) and an HTML report in STUDY/report/.
+
+The plan is the Cartesian product of the variables (-V name=v1,v2) over the fixed parameters
+(-P name=value, every train option below, or a --config YAML/TOML file with parameters,
+variables and extensions). A value may refer to another, "${model}", or be computed,
+'$(${global_batch} // ${workers})$'; a name that is neither a train option nor used by another
+value is an error, as are reference cycles: all before anything runs.
+
+Scaling modes: --scaling weak keeps the per-device batch (--batch-size b; effective batch N*b,
+efficiency t1/tN); --scaling strong keeps the effective batch (--global-batch B; per-device B/N,
+efficiency t1/(N*tN); an N that does not divide B is skipped with that reason). Efficiency is
+never capped. The learning-rate rule (--lr-scaling) applies per configuration.
+
+Without --scaling, --workers or -V (no study at all, only training options), bench runs a weak
+scaling study over 1, 2, 4, ... and all cores (strong when --global-batch is given): one
+configuration cannot say how anything scaled. --workers N runs that one configuration, and its
+summary shows no speedup.
+
+Re-running the same command resumes: runs already recorded are kept (--rerun never), so an
+interrupted study continues where it stopped; adding worker counts or repeats grows it. A study
+folder holds one plan (plan.json): running a different plan in it says so, and the earlier
+plan's runs are kept apart (left out of the tables, listed as not in the plan). An
+out-of-memory run is recorded as such, and the larger per-device batches of that configuration
+are skipped, each with the reason.
+"""
+
+BENCH_EXAMPLES = """\
+examples:
+  # weak scaling of a small CNN over 1, 2, 4 workers, 3 runs each (medians, spread)
+  parascale bench --model smallcnn --dataset digits --scaling weak --workers 1,2,4 \\
+      --batch-size 32 --epochs 3 --repeat 3 --baseline --out studies/cnn-weak
+
+  # strong scaling, effective batch 1024 on 1, 2, 4, 8 GPUs (DLBS's AlexNet example)
+  parascale bench --model resnet50 --dataset cifar10 --data-dir data --gpus 0,1,2,3,4,5,6,7 \\
+      --scaling strong --global-batch 1024 --workers pow2 --steps 200 --out studies/r50-strong
+
+  # the same, DLBS style: the per-device batch computed from a helper parameter
+  parascale bench --model resnet50 --dataset cifar10 --data-dir data --gpus 0,1,2,3,4,5,6,7 \\
+      -V workers=1,2,4,8 -P effective=1024 -P 'batch_size=$(${effective} // ${workers})$' \\
+      --steps 200 --out studies/r50-dlbs
+
+  # sweep the per-device batch; see the plan first
+  parascale bench --scaling weak --workers all -V batch_size=32,64,128,256 --dry-run
+
+  # a study file (YAML or TOML: parameters, variables, extensions) plus command-line overrides
+  parascale bench --config study.yaml -P epochs=5 --out studies/mine
+
+worker lists (--workers): 1,2,4 | 1-4 | pow2 (1, 2, 4, ... up to all devices) | pow2:8 | all
+With --gpus G1,...,Gk, a run with N workers uses the first N GPUs of the list.
+"""
+
+
+DEFAULT_QUIET_S = 120.0  # --quiet-machine without a value
+
+
+def add_quiet_option(group: Any) -> None:
+    group.add_argument("--quiet-machine", type=ascii_float, nargs="?", const=DEFAULT_QUIET_S,
+                       default=None, metavar="MAX_S",
+                       help="before each run, wait until other programs use less than a tenth "
+                       f"of the cores, at most MAX_S seconds (default {DEFAULT_QUIET_S:.0f}); "
+                       "what was seen is recorded in each run's study block")
+
+
+def bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``bench``'s parser and options (its ``func`` is the caller's to set)."""
+    parser = subparsers.add_parser(
+        "bench", help="run a scaling study (weak/strong, worker counts, parameter sweeps)",
+        description=BENCH_DESCRIPTION, epilog=BENCH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    study = parser.add_argument_group("study")
+    study.add_argument("--config", metavar="FILE",
+                       help="study file (.yaml, .yml or .toml) with parameters, variables and "
+                       "extensions; the command line overrides it")
+    study.add_argument("-P", "--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="a fixed parameter, e.g. -P lr=0.1 or -P 'batch_size=${b}' "
+                       "(repeatable)")
+    study.add_argument("-V", "--var", action="append", default=[], metavar="NAME=V1,V2,...",
+                       help="a variable: one configuration per value, e.g. -V lr=0.05,0.1 "
+                       "(repeatable; the plan is the product of all variables)")
+    study.add_argument("--scaling", choices=("weak", "strong"),
+                       help="weak: per-device batch fixed (--batch-size); strong: effective "
+                       "batch fixed (--global-batch)")
+    study.add_argument("--workers", dest="workers_spec", metavar="SPEC",
+                       help="worker counts: 1,2,4 | 1-4 | pow2 | pow2:N | all (default with "
+                       "--scaling: powers of two up to all cores or GPUs, and all)")
+    study.add_argument("--repeat", type=ascii_int, default=1, metavar="K",
+                       help="run each configuration K times, in rounds (every configuration "
+                       "once, then again: ABAB..., so that drift hits all alike); the summary "
+                       "shows medians and the spread (default: 1)")
+    add_quiet_option(study)
+    study.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
+                       help="which recorded runs to run again: never (resume; default), "
+                       "failed, always")
+    study.add_argument("--baseline", action="store_true",
+                       help="also run each N>1 configuration without synchronisation (same "
+                       "processes, gradients never exchanged): the gap is the sync cost")
+    study.add_argument("--dry-run", action="store_true",
+                       help="print the plan (every configuration, or why it is skipped) and "
+                       "exit without running or writing anything")
+    study.add_argument("--out", dest="study_out", metavar="STUDY",
+                       help="study folder (default: studies/<model>-<dataset>-<scaling>)")
+    add_train_options(parser, exclude={"workers", "out"})
+    for action in parser._actions:
+        if action.dest == "batch_size":  # bench also takes 'max': the batch search decides
+            action.type, action.metavar = _batch_or_max, "B|max"
+            action.help += (" 'max': the largest per-device batch that fits, found first by "
+                            "the batch search (parascale find-batch; on the CPU within half the "
+                            "free memory shared by one worker per core)")
+        if action.dest == "save_model":  # bench keeps records only, unless asked
+            action.help = "Also keep each run's final model (runs/<configuration>/model.pt). " \
+                "(default in bench: no)"
+    return parser
+
+
+def _batch_or_max(text: str) -> int | str:
+    if text.strip() == "max":
+        return "max"
+    if not INT_RE.fullmatch(text.strip()):  # int() also reads '５' and '1_0'
+        raise argparse.ArgumentTypeError(f"expected a batch size in ASCII digits or max, "
+                                         f"got {text!r}")
+    return int(text)

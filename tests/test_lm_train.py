@@ -1,0 +1,63 @@
+"""The GPT on the Shakespeare corpus, trained by real workers: data parallelism is exact on a
+token model, and a run reports tokens/s, loss, perplexity, FLOPs per step and utilisation."""
+import math
+import subprocess
+import sys
+
+import pytest
+from conftest import assert_same
+
+pytestmark = pytest.mark.slow  # every test here starts worker processes
+
+# the recipe's optimizer and schedule (AdamW, clipping, a warm-up from 0, a cosine floor), so
+# that each of them must reproduce one worker too; clipped at a norm the gradients exceed
+SMALL = dict(model="gpt", dataset="shakespeare", context=16, gpt_layers=2, gpt_heads=2,
+             gpt_width=32, steps=5, lr=0.01, optimizer="adamw", adam_beta2=0.99,
+             weight_decay=0.1, clip_grad_norm=0.5, warmup_steps=2, lr_schedule="cosine",
+             lr_min=1e-3, seed=3, noise_scale=False, evaluate_test=False, val_fraction=0.01)
+# (evaluated on 1% of the training windows: the whole held-out tenth of the corpus would take
+# most of each run's time here; the command-line test below evaluates it)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    from conftest import run_training
+
+    return run_training(tmp_path_factory.mktemp("single") / "run", workers=1, global_batch=8,
+                        **SMALL)
+
+
+def test_two_workers_with_half_the_batch_equal_one_worker_on_the_gpt(train_run, single):
+    record, state = train_run(workers=2, global_batch=8, **SMALL)
+    assert record["derived"]["per_device_batch"] == 4
+    assert_same(state, single[1])
+    # the control: without the exchange the replicas drift apart, so the test above can fail
+    _, alone = train_run(workers=2, global_batch=8, sync="none", **SMALL)
+    assert max(float((alone[k] - single[1][k]).abs().max()) for k in alone) > 1e-3
+
+
+def test_the_record_counts_tokens_perplexity_and_flops(single):
+    record = single[0]
+    summary, counted = record["summary"], record["flops"]
+    assert record["derived"]["tokens_per_sample"] == 16
+    assert summary["steady_tokens_per_s"] == pytest.approx(summary["steady_throughput"] * 16)
+    last = record["epochs"][-1]
+    assert last["val_perplexity"] == pytest.approx(math.exp(last["val_loss"]))
+    assert counted["counted_by"] == "torch.utils.flop_counter.FlopCounterMode"
+    assert counted["flops_per_step"] == summary["flops_per_step"] > 0
+    assert counted["peak_measured"] and 0 < summary["mfu"] < 1
+    assert summary["achieved_flops"] == pytest.approx(
+        counted["flops_per_step"] * summary["steady_throughput"] / 8)
+
+
+def test_the_command_line_reports_the_language_model(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "parascale", "train", "--model", "gpt", "--dataset",
+         "shakespeare", "--workers", "2", "--context", "16", "--gpt-layers", "2",
+         "--gpt-width", "32", "--steps", "6", "--batch-size", "4", "--peak-tflops", "0.5",
+         "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "tokens/s, train loss" in out.stdout  # the epoch line
+    assert "nats/token, perplexity" in out.stdout
+    assert "per step (torch's FLOP counter)" in out.stdout
+    assert "of the devices' peak (1 TFLOP/s)" in out.stdout  # 2 x --peak-tflops 0.5

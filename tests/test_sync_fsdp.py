@@ -1,0 +1,72 @@
+"""FSDP (--sync fsdp): the foundation test at both stages, one worker, and what it refuses."""
+import pytest
+import torch
+from conftest import STEPS, assert_same
+from torch import nn
+
+from parascale.config import TrainConfig
+from parascale.errors import UsageError
+from parascale.sync.fsdp import cannot_shard, units
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    from conftest import run_training
+
+    return run_training(tmp_path_factory.mktemp("single") / "run", workers=1, global_batch=32,
+                        **STEPS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_workers_with_half_the_batch_end_with_one_workers_parameters(train_run, single,
+                                                                         stage):
+    record, state = train_run(workers=2, global_batch=32, sync="fsdp",
+                              sync_options={"stage": stage}, **STEPS)
+    options = record["derived"]["sync_options"]
+    assert (options["stage"], options["sharded"]) == (stage, True)
+    assert options["units"] > 1  # the model's layers are units of their own
+    assert record["epochs"][-1]["test_accuracy"] is not None  # evaluated on the whole model
+    assert_same(state, single[1])
+
+
+@pytest.mark.slow
+def test_accumulation_equals_one_worker(train_run, single):
+    _, state = train_run(workers=2, global_batch=32, accumulate=2, sync="fsdp", **STEPS)
+    assert_same(state, single[1])
+
+
+@pytest.mark.slow
+def test_one_worker_runs_unsharded_and_says_so(train_run, capfd):
+    record, _ = train_run(workers=1, global_batch=32, sync="fsdp", **STEPS)
+    assert record["derived"]["sync_options"]["sharded"] is False
+    assert "nothing to shard" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(checkpoint_every="1e"), "--sync fsdp keeps each rank's part"),
+    (dict(precision="bf16"), "FSDP's mixed precision needs a GPU"),
+    (dict(precision="fp16"), "use --precision bf16"),
+    (dict(sync_options={"stage": 4}), "stage=4: FSDP shards at stage 2 or 3"),
+    (dict(sync_options={"stage": 1}), "--stage must be at least 2"),
+])
+def test_refused_in_one_line(options, message):
+    from parascale import sync
+
+    with pytest.raises(UsageError, match=message):
+        sync.validate(TrainConfig(sync="fsdp", **options))
+
+
+def test_units_are_a_module_lists_items_else_the_children_with_parameters():
+    blocks = nn.Sequential(nn.Embedding(4, 2), nn.ModuleList([nn.Linear(2, 2)] * 1 +
+                                                            [nn.Linear(2, 2)]), nn.ReLU())
+    assert units(blocks) == list(blocks[1])
+    plain = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    assert units(plain) == [plain[0], plain[2]]
+
+
+def test_a_model_fsdp_cannot_shard_is_named():
+    mixed = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2).to(torch.float64))
+    assert "mix dtypes" in cannot_shard(mixed)
+    assert "no parameters" in cannot_shard(nn.ReLU())
+    assert cannot_shard(nn.Linear(2, 2)) is None

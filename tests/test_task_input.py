@@ -1,0 +1,138 @@
+"""A user's task that is wrong in any way is one line naming the call and what was expected,
+exit code 2, before any worker starts, with nothing written."""
+import textwrap
+
+import pytest
+
+from parascale.cli.main import main
+
+GOOD = """
+import torch
+from torch import nn
+from parascale.tasks import Metric, Task
+
+class Points(torch.utils.data.Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(n)
+        self.x, self.y = torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+    def __len__(self):
+        return len(self.x)
+    def __getitem__(self, i):
+        return {"x": self.x[i], "y": self.y[i]}
+
+def mse(net, batch):
+    return nn.functional.mse_loss(net(batch["x"]), batch["y"])
+
+def mae(net, batch):
+    return (net(batch["x"]) - batch["y"]).abs().mean()
+
+def make(**changes):
+    fields = dict(train_data=Points(64), eval_data=Points(16), model=lambda: nn.Linear(4, 1),
+                  loss=mse, metrics=[Metric("mae", mae, False)])
+    fields.update(changes)
+    return Task(**fields)
+
+def good():
+    return make()
+"""
+
+BAD = {
+    "raises": ("def task():\n    raise RuntimeError('no data here')",
+               ["task()", "raised RuntimeError: no data here"]),
+    "wrong_type": ("def task():\n    return {'model': 1}", ["returned a dict", "Task"]),
+    "not_batchable": ("class Ragged(Points):\n    def __getitem__(self, i):\n"
+                      "        return {'x': torch.zeros(i + 1), 'y': self.y[i]}\n"
+                      "def task():\n    return make(train_data=Ragged(8))",
+                      ["train_data cannot be batched", "collate"]),
+    "loss_not_scalar": ("def task():\n    return make(loss=lambda net, b: (net(b['x']) - "
+                        "b['y']) ** 2)", ["loss(model, batch)", "shape (2, 1)", "scalar"]),
+    "loss_not_finite": ("def task():\n    return make(loss=lambda net, b: net(b['x']).sum() "
+                        "* float('nan'))", ["nan", "finite"]),
+    "no_direction": ("def task():\n    return make(metrics=[Metric('mae', mae)])",
+                     ["metric 'mae' has no direction", "higher_is_better"]),
+    "metric_raises": ("def task():\n    return make(metrics=[Metric('r2', lambda n, b: "
+                      "b['z'], True)])", ["metric 'r2' raised KeyError"]),
+    "bad_judge": ("def task():\n    return make(judge='accuracy')",
+                  ["judge 'accuracy'", "loss, mae"]),
+    "not_a_dataset": ("def task():\n    return make(eval_data=3)",
+                      ["eval_data is a int", "Dataset"]),
+}
+
+
+@pytest.fixture
+def module(tmp_path, monkeypatch):
+    """Writes usertask_<name>.py into a folder that is the working one (where --task looks)."""
+    monkeypatch.chdir(tmp_path)
+
+    def write(name: str, body: str) -> str:
+        (tmp_path / f"usertask_{name}.py").write_text(GOOD + textwrap.dedent(body) + "\n")
+        return f"usertask_{name}"
+
+    return write
+
+
+def refused(capsys, tmp_path, *args) -> str:
+    out = tmp_path / "out"
+    code = main(["train", *args, "--workers", "1", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("parascale: error:"), err
+    assert not out.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_wrong_task_is_one_line_naming_the_call(capsys, tmp_path, module, case):
+    body, words = BAD[case]
+    name = module(case, body)
+    line = refused(capsys, tmp_path, "--task", f"{name}:task")
+    assert f"task '{name}:task'" in line
+    for word in words:
+        assert word in line, (word, line)
+
+
+def test_a_task_that_cannot_be_imported_is_named(capsys, tmp_path, module):
+    line = refused(capsys, tmp_path, "--task", "no_such_module:task")
+    assert "task 'no_such_module:task'" in line and "not found" in line
+    name = module("typo", "")
+    line = refused(capsys, tmp_path, "--task", f"{name}:tsak")
+    assert "has no attribute 'tsak'" in line
+
+
+def test_a_target_on_a_metric_the_task_lacks_is_refused(capsys, tmp_path, module):
+    name = module("target", "")
+    line = refused(capsys, tmp_path, "--task", f"{name}:good", "--target-metric", "accuracy",
+                   "--target-value", "0.9")
+    assert "'accuracy' is not a metric of this task" in line and "loss, mae" in line
+    line = refused(capsys, tmp_path, "--task", f"{name}:good", "--target-accuracy", "0.9")
+    assert "'accuracy' is not a metric" in line
+
+
+def test_target_metric_and_value_go_together(capsys, tmp_path):
+    line = refused(capsys, tmp_path, "--target-metric", "loss")
+    assert "--target-value" in line
+    line = refused(capsys, tmp_path, "--target-metric", "perplexity", "--target-value", "3")
+    assert "'perplexity' is not a metric of this task" in line
+
+
+def test_the_optimizer_is_a_choice(capsys, tmp_path):
+    code = main(["train", "--optimizer", "lion", "--out", str(tmp_path / "o")])
+    assert code == 2 and "adamw" in capsys.readouterr().err
+
+
+def test_a_search_objective_must_be_a_metric_of_the_task(capsys, tmp_path, module):
+    name = module("objective", "")
+    code = main(["hpo", "--task", f"{name}:good", "--objective", "perplexity", "--trials", "1",
+                 "--param", "lr=0.01:0.1",
+                 "--out", str(tmp_path / "h")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--objective 'perplexity' is not a metric of this task" in err
+    assert "loss, mae" in err and not (tmp_path / "h").exists()
+
+
+def test_a_tasks_own_optimizer_is_refused_where_the_strategy_updates_itself(capsys, tmp_path,
+                                                                            module):
+    name = module("own_optimizer", "def task():\n    return make(optimizer=lambda params, lr: "
+                                   "torch.optim.Adam(params, lr=lr))")
+    line = refused(capsys, tmp_path, "--task", f"{name}:task", "--sync", "parameter-server")
+    assert "brings its own optimizer" in line and "parameter-server" in line
