@@ -1,0 +1,161 @@
+"""Sharded checkpoints (--sync zero, fsdp): every rank's part through torch.distributed.checkpoint
+in a folder committed by rename, checked file by file like a .pt, and resumed on another number
+of workers than wrote it, ending where a run never stopped does."""
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from conftest import STEPS, assert_same, run_state, run_training
+
+from parascale.config import TrainConfig
+from parascale.training import checkpoint, resume
+
+
+def written(folder, step: int, world_size: int = 2) -> checkpoint.Found:
+    """A sharded checkpoint as a run commits it: DCP's files (one process, no world), run.pt
+    and the manifest."""
+    tmp = checkpoint.temporary(folder, step)
+    dcp.save({"model": {"w": torch.full((4, 4), float(step))}}, checkpoint_id=tmp, no_dist=True)
+    return checkpoint.commit(folder, step, {**run_state(step, world_size), "sharded": True,
+                                            "shared": {"scaler": None}},
+                             {"epoch": 2, "world_size": world_size, "config": {},
+                              "global_batch": 32, "effective_lr": 0.1}, {})
+
+
+def newest(folder) -> tuple[checkpoint.Found | None, list[str]]:
+    lines: list[str] = []
+    found, _ = checkpoint.newest(folder, lines.append)
+    return found, lines
+
+
+def test_a_committed_folder_verifies_and_its_temporary_is_gone(tmp_path):
+    found = written(tmp_path, 3)
+    assert found.label == f"{tmp_path.name}/step-00000003/"
+    assert sorted(os.listdir(found.path)) == [".metadata", "__0_0.distcp", "run.pt"]
+    assert sorted(found.manifest["files"]) == sorted(os.listdir(found.path))
+    assert not checkpoint.temporary(tmp_path, 3).exists()
+    chosen, lines = newest(tmp_path)
+    assert (chosen.path, chosen.problem, lines) == (found.path, None, [])
+    assert checkpoint.load(found)["sharded"] is True
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: (p / "__0_0.distcp").write_bytes(b"x" * (p / "__0_0.distcp").stat().st_size),
+     "its __0_0.distcp's SHA-256 checksum does not match its manifest (corrupted)"),
+    (lambda p: (p / "__0_0.distcp").unlink(), "it lacks __0_0.distcp"),
+    (lambda p: (p / "__1_0.distcp").write_bytes(b""), "it holds __1_0.distcp, which its manifest"),
+    (lambda p: os.truncate(p / "run.pt", 10), "its run.pt has 10 bytes where its manifest says"),
+    (lambda p: p.with_suffix(".json").unlink(), "it has no manifest (the write did not finish)"),
+])
+def test_a_damaged_folder_is_named_and_the_one_before_is_used(tmp_path, damage, message):
+    written(tmp_path, 3)
+    damaged = written(tmp_path, 6)
+    damage(damaged.path)
+    found, lines = newest(tmp_path)
+    assert found.step == 3
+    (line,) = lines
+    assert line.startswith(f"parascale: checkpoint {tmp_path.name}/step-00000006/ cannot be used:")
+    assert message in line and line.endswith("trying the one before")
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_forged_metadata_is_refused_without_running_it(tmp_path, monkeypatch):
+    """A checksum vouches against damage, not forgery: DCP's pickled .metadata is read by an
+    unpickler that builds its own classes only."""
+    monkeypatch.chdir(tmp_path)
+    written(tmp_path, 3)
+    forged = written(tmp_path, 6)
+    (forged.path / ".metadata").write_bytes(pickle.dumps(_Boom()))
+    facts = {**forged.manifest["files"], ".metadata": checkpoint.file_facts(
+        forged.path / ".metadata")}  # the forger rewrites the manifest too
+    forged.path.with_suffix(".json").unlink()
+    forged.path.rename(checkpoint.temporary(tmp_path, 6))
+    os.unlink(checkpoint.temporary(tmp_path, 6) / "run.pt")
+    checkpoint.commit(tmp_path, 6, {**run_state(6, 2), "sharded": True, "shared": {}},
+                      {"epoch": 2, "world_size": 2, "config": {}}, facts)
+    found, (line,) = newest(tmp_path)
+    assert found.step == 3
+    assert "its .metadata is not torch.distributed.checkpoint's (UnpicklingError: posix.system" \
+        in line
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_prune_removes_folders_and_a_killed_writes_temporary(tmp_path):
+    for step in (3, 6, 9):
+        written(tmp_path, step)
+    checkpoint.temporary(tmp_path, 12).mkdir()
+    checkpoint.prune(tmp_path, keep=1, current=9)
+    assert sorted(os.listdir(tmp_path)) == ["step-00000009", "step-00000009.json"]
+
+
+def _cfg(**options) -> TrainConfig:
+    return TrainConfig(out="x", global_batch=32, **options)
+
+
+def test_only_a_sharded_checkpoint_resumes_on_another_worker_count():
+    manifest = {"world_size": 2, "config": _cfg(sync="zero", workers=2).to_dict(),
+                "files": {"run.pt": {}}, "global_batch": 32, "effective_lr": TrainConfig().lr,
+                "step": 6}
+    assert resume.mismatch(manifest, _cfg(sync="zero", workers=1), 1, 12) is None
+    assert resume.mismatch({**manifest, "config": _cfg(sync="fsdp").to_dict()},
+                           _cfg(sync="fsdp"), 4, 12) is None
+    # per-device batch given: the global batch would change with the workers
+    per_device = {**manifest, "config": {**manifest["config"], "global_batch": None,
+                                         "batch_size": 16}}
+    assert "global batch of 32 and this run's on 1 worker(s) is 16; give --global-batch 32" in \
+        resume.mismatch(per_device, TrainConfig(sync="zero", batch_size=16), 1, 12)
+    replicated = {**manifest, "config": _cfg(sync="allreduce").to_dict()}
+    replicated.pop("files")
+    assert "it was written by 2 workers and this run has 1" in \
+        resume.mismatch(replicated, _cfg(sync="allreduce"), 1, 12)
+
+
+def test_the_learning_rate_must_stay_when_the_rule_scales_it():
+    cfg = _cfg(sync="zero", lr_scaling="linear", lr=0.1)
+    manifest = {"world_size": 2, "config": cfg.to_dict(), "files": {"run.pt": {}},
+                "global_batch": 32, "effective_lr": 0.2, "step": 6}  # base 16 a device
+    assert resume.mismatch(manifest, cfg, 1, 12).endswith("give --base-batch 16")
+    assert resume.mismatch(manifest, _cfg(sync="zero", lr_scaling="linear", lr=0.1,
+                                          base_batch=16), 1, 12) is None
+
+
+# Resuming on another number of workers: the run writes checkpoints after steps 2 and 4 of
+# STEPS' 6 (all in epoch 1 at global batch 32), a fault stops it before step 5, and the resume
+# from step 4 on the other worker count ends with the uninterrupted run's parameters
+CASES = {"zero 2->1": ("zero", {}, 2, 1), "zero 1->2": ("zero", {}, 1, 2),
+         "fsdp stage 2 2->1": ("fsdp", {"stage": 2}, 2, 1),
+         "fsdp stage 2 1->2": ("fsdp", {"stage": 2}, 1, 2),
+         "fsdp stage 3 2->1": ("fsdp", {"stage": 3}, 2, 1),
+         "fsdp stage 3 1->2": ("fsdp", {"stage": 3}, 1, 2)}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return run_training(tmp_path_factory.mktemp("whole") / "run", workers=1, global_batch=32,
+                        **STEPS)[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_resumed_on_another_worker_count_ends_where_an_uninterrupted_run_does(
+        tmp_path, monkeypatch, uninterrupted, case):
+    sync, options, before, after = CASES[case]
+    run = dict(global_batch=32, sync=sync, sync_options=options, checkpoint_every=2, **STEPS)
+    out = tmp_path / "cut"
+    monkeypatch.setenv("PARASCALE_FAULT", "raise@0:5")
+    run_training(out, expect="failed", workers=before, **run)
+    monkeypatch.delenv("PARASCALE_FAULT")
+    assert sorted(n for n in os.listdir(out / "checkpoints") if n != "log.txt") == [
+        "step-00000002", "step-00000002.json", "step-00000004", "step-00000004.json"]
+    record, resumed = run_training(out, resume=True, workers=after, **run)
+    assert record["resumed"][0]["checkpoint"] == "checkpoints/step-00000004/"
+    assert record["derived"]["world_size"] == after
+    assert_same(resumed, uninterrupted)
