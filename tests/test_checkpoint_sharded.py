@@ -5,23 +5,29 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from conftest import STEPS, assert_same, run_state, run_training
+from conftest import STEPS, assert_same, fill_disk, run_state, run_training
 
 from parascale.config import TrainConfig
+from parascale.errors import NoSpace
 from parascale.training import checkpoint, resume
 
 
-def written(folder, step: int, world_size: int = 2) -> checkpoint.Found:
+def written(folder, step: int, world_size: int = 2, big: int = 0) -> checkpoint.Found:
     """A sharded checkpoint as a run commits it: DCP's files (one process, no world), run.pt
-    and the manifest."""
+    (``big`` more bytes in it) and the manifest."""
     tmp = checkpoint.temporary(folder, step)
-    dcp.save({"model": {"w": torch.full((4, 4), float(step))}}, checkpoint_id=tmp, no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process"
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"model": {"w": torch.full((4, 4), float(step))}}, checkpoint_id=tmp,
+                 no_dist=True)
     return checkpoint.commit(folder, step, {**run_state(step, world_size), "sharded": True,
-                                            "shared": {"scaler": None}},
+                                            "shared": {"scaler": None},
+                                            "big": torch.ones(big // 4)},
                              {"epoch": 2, "world_size": world_size, "config": {},
                               "global_batch": 32, "effective_lr": 0.1}, {})
 
@@ -96,6 +102,18 @@ def test_prune_removes_folders_and_a_killed_writes_temporary(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["step-00000009", "step-00000009.json"]
 
 
+def test_a_folder_that_does_not_fit_is_one_line_and_the_one_before_stays(small_disk):
+    folder = small_disk / "checkpoints"
+    written(folder, 3)
+    fill_disk(small_disk, leave=64 << 10)
+    with pytest.raises(NoSpace) as refused:
+        written(folder, 6, big=256 << 10)
+    assert str(refused.value).startswith(
+        f"no space left on device: cannot write {folder}/step-00000006")
+    assert sorted(os.listdir(folder)) == ["step-00000003", "step-00000003.json"]
+    assert newest(folder)[0].step == 3
+
+
 def _cfg(**options) -> TrainConfig:
     return TrainConfig(out="x", global_batch=32, **options)
 
@@ -159,3 +177,25 @@ def test_resumed_on_another_worker_count_ends_where_an_uninterrupted_run_does(
     assert record["resumed"][0]["checkpoint"] == "checkpoints/step-00000004/"
     assert record["derived"]["world_size"] == after
     assert_same(resumed, uninterrupted)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("sync, precision", [("zero", "fp16"), ("fsdp", "bf16")])
+def test_on_a_gpu_a_sharded_checkpoint_keeps_the_device_state_and_the_scaler(
+        tmp_path, monkeypatch, sync, precision):
+    """CUDA tensors through DCP and NCCL's collectives (one rank: the only GPU), fp16's
+    gradient scaler in run.pt beside them."""
+    run = dict(gpus=(0,), model="mlp", dataset="digits", batch_size=32, sync=sync,
+               precision=precision, checkpoint_every=3, **STEPS)
+    _, whole = run_training(tmp_path / "whole", **{**run, "checkpoint_every": None})
+    out = tmp_path / "cut"
+    monkeypatch.setenv("PARASCALE_FAULT", "raise@0:5")
+    run_training(out, expect="failed", **run)
+    monkeypatch.delenv("PARASCALE_FAULT")
+    saved = checkpoint.load(out / "checkpoints" / "step-00000003")
+    assert saved["sharded"] and (saved["shared"]["scaler"] is not None) == (precision == "fp16")
+    record, resumed = run_training(out, resume=True, **run)
+    assert record["resumed"][0]["checkpoint"] == "checkpoints/step-00000003/"
+    assert_same(resumed, whole, atol=1e-3)
