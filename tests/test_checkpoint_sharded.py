@@ -158,7 +158,7 @@ CASES = {"zero 2->1": ("zero", {}, 2, 1), "zero 1->2": ("zero", {}, 1, 2),
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     return run_training(tmp_path_factory.mktemp("whole") / "run", workers=1, global_batch=32,
-                        **STEPS)[1]
+                        **STEPS)
 
 
 @pytest.mark.slow
@@ -176,7 +176,12 @@ def test_resumed_on_another_worker_count_ends_where_an_uninterrupted_run_does(
     record, resumed = run_training(out, resume=True, workers=after, **run)
     assert record["resumed"][0]["checkpoint"] == "checkpoints/step-00000004/"
     assert record["derived"]["world_size"] == after
-    assert_same(resumed, uninterrupted)
+    whole, parameters = uninterrupted
+    assert_same(resumed, parameters)
+    # the epoch's loss before the checkpoint was shared out among the new ranks, not lost or
+    # counted twice
+    assert record["epochs"][0]["train_loss"] == pytest.approx(whole["epochs"][0]["train_loss"],
+                                                              rel=1e-4)
 
 
 @pytest.mark.gpu
