@@ -184,6 +184,21 @@ def test_resumed_on_another_worker_count_ends_where_an_uninterrupted_run_does(
                                                               rel=1e-4)
 
 
+
+@pytest.mark.slow
+def test_fsdp_resumed_on_the_worker_count_that_wrote_it_is_exact(tmp_path, monkeypatch):
+    """2 -> 2: bit for bit the uninterrupted run, as the replicated strategies' resumes (zero's
+    is test_sync_zero.py's)."""
+    run = dict(workers=2, global_batch=32, sync="fsdp", sync_options={"stage": 3}, **STEPS)
+    _, whole = run_training(tmp_path / "whole", **run)
+    monkeypatch.setenv("PARASCALE_FAULT", "raise@1:5")
+    run_training(tmp_path / "cut", expect="failed", checkpoint_every=2, **run)
+    monkeypatch.delenv("PARASCALE_FAULT")
+    _, resumed = run_training(tmp_path / "cut", checkpoint_every=2, resume=True, **run)
+    assert resumed.keys() == whole.keys()
+    assert all(torch.equal(resumed[k], whole[k]) for k in whole)
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
