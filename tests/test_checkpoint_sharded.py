@@ -118,7 +118,7 @@ def _cfg(**options) -> TrainConfig:
     return TrainConfig(out="x", global_batch=32, **options)
 
 
-def test_only_a_sharded_checkpoint_resumes_on_another_worker_count():
+def test_a_sharded_or_whole_checkpoint_resumes_on_another_worker_count():
     manifest = {"world_size": 2, "config": _cfg(sync="zero", workers=2).to_dict(),
                 "files": {"run.pt": {}}, "global_batch": 32, "effective_lr": TrainConfig().lr,
                 "step": 6}
@@ -130,10 +130,15 @@ def test_only_a_sharded_checkpoint_resumes_on_another_worker_count():
                                          "batch_size": 16}}
     assert "global batch of 32 and this run's on 1 worker(s) is 16; give --global-batch 32" in \
         resume.mismatch(per_device, TrainConfig(sync="zero", batch_size=16), 1, 12)
-    replicated = {**manifest, "config": _cfg(sync="allreduce").to_dict()}
-    replicated.pop("files")
+    # allreduce keeps the whole state once; local SGD's replicas are each rank's own
+    whole = {**manifest, "config": _cfg(sync="allreduce").to_dict()}
+    whole.pop("files")
+    assert resume.mismatch(whole, _cfg(sync="allreduce"), 1, 12) is None
+    replicas = {**whole, "config": _cfg(sync="local-sgd").to_dict()}
     assert "it was written by 2 workers and this run has 1" in \
-        resume.mismatch(replicated, _cfg(sync="allreduce"), 1, 12)
+        resume.mismatch(replicas, _cfg(sync="local-sgd"), 1, 12)
+    older = {k: v for k, v in whole.items() if k not in ("global_batch", "effective_lr")}
+    assert "it was written by 2 workers" in resume.mismatch(older, _cfg(sync="allreduce"), 1, 12)
 
 
 def test_the_learning_rate_must_stay_when_the_rule_scales_it():
@@ -152,7 +157,8 @@ CASES = {"zero 2->1": ("zero", {}, 2, 1), "zero 1->2": ("zero", {}, 1, 2),
          "fsdp stage 2 2->1": ("fsdp", {"stage": 2}, 2, 1),
          "fsdp stage 2 1->2": ("fsdp", {"stage": 2}, 1, 2),
          "fsdp stage 3 2->1": ("fsdp", {"stage": 3}, 2, 1),
-         "fsdp stage 3 1->2": ("fsdp", {"stage": 3}, 1, 2)}
+         "fsdp stage 3 1->2": ("fsdp", {"stage": 3}, 1, 2),
+         "allreduce 2->1": ("allreduce", {}, 2, 1)}  # its .pt: the state whole, once
 
 
 @pytest.fixture(scope="module")
@@ -171,10 +177,12 @@ def test_resumed_on_another_worker_count_ends_where_an_uninterrupted_run_does(
     monkeypatch.setenv("PARASCALE_FAULT", "raise@0:5")
     run_training(out, expect="failed", workers=before, **run)
     monkeypatch.delenv("PARASCALE_FAULT")
-    assert sorted(n for n in os.listdir(out / "checkpoints") if n != "log.txt") == [
-        "step-00000002", "step-00000002.json", "step-00000004", "step-00000004.json"]
+    kind = "" if sync != "allreduce" else ".pt"  # a sharded one is a folder
+    assert set(os.listdir(out / "checkpoints")) - {"log.txt"} == {
+        f"step-00000002{kind}", "step-00000002.json", f"step-00000004{kind}",
+        "step-00000004.json"}
     record, resumed = run_training(out, resume=True, workers=after, **run)
-    assert record["resumed"][0]["checkpoint"] == "checkpoints/step-00000004/"
+    assert record["resumed"][0]["checkpoint"] == f"checkpoints/step-00000004{kind or '/'}"
     assert record["derived"]["world_size"] == after
     whole, parameters = uninterrupted
     assert_same(resumed, parameters)

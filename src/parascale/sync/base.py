@@ -101,6 +101,14 @@ class Strategy:
         """One line if ``cfg`` combines this strategy with settings it cannot run, else None."""
         return None
 
+    @classmethod
+    def resumes_resized(cls, cfg: TrainConfig) -> bool:
+        """Whether a checkpoint of this strategy resumes on another number of workers (with
+        the same global batch): its model and optimizer are each rank's part, which DCP
+        reshards on load (``shards_checkpoint``), or kept once because every rank holds the
+        same, and nothing else it keeps per rank depends on the worker count."""
+        return cls.shards_checkpoint
+
     # What the launcher and the batch arithmetic ask of a strategy before any worker starts
     # (class methods: no world yet), so that neither names one.
 

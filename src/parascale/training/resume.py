@@ -157,19 +157,20 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
 
 def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | None:
     """Why a checkpoint of ``manifest`` cannot continue on ``size`` workers, its world size
-    being another, or None. Only a sharded checkpoint can (each rank's part is read back as
-    the new world lays the state out), and only with the global batch and learning rate it was
-    written with: the data order is then the same, each step's samples split otherwise."""
+    being another, or None. Only one of a strategy that says it can (``resumes_resized``: each
+    rank's part is read back as the new world lays the state out, or the state is whole once),
+    and only with the global batch and learning rate it was written with (which older
+    checkpoints do not state): the data order is then the same, each step's samples split
+    otherwise."""
     from parascale import sync
     from parascale.batch import derive
 
     before = manifest.get("world_size")
     kind = sync.strategy_of(cfg)
-    if not kind.shards_checkpoint or not manifest.get("files") or \
-            manifest.get("global_batch") is None:
+    if not kind.resumes_resized(cfg) or manifest.get("global_batch") is None:
         return (f"it was written by {before} workers and this run has {size}; the data order, "
-                "each rank's state and the strategy's depend on it (a checkpoint of --sync "
-                "zero or fsdp, each rank's part, resumes on any number)")
+                "each rank's state and the strategy's depend on it (checkpoints of --sync "
+                "allreduce, zero and fsdp resume on any number)")
     derived = derive(cfg, size, kind.replicas_per_device(cfg))
     if derived.global_batch != manifest["global_batch"]:
         return (f"it was written with a global batch of {manifest['global_batch']} and this "

@@ -161,9 +161,9 @@ def restore(run: Run, saved: dict[str, Any], where: Path) -> dict[str, Any]:
 
 def _mine(ranks: list[dict[str, Any]], rank: int, size: int) -> dict[str, Any]:
     """This rank's part of a checkpoint written by ``len(ranks)`` ranks. On another number of
-    workers (a sharded checkpoint: resume.mismatch lets no other change it) rank r takes the
-    RNGs, timings and strategy state of rank r mod N_before, and the epoch in progress is
-    shared out again: its loss sum evenly (the epoch's loss is their sum over the ranks), and
+    workers (``Strategy.resumes_resized``: resume.mismatch lets no other change it) rank r
+    takes the RNGs, timings and strategy state of rank r mod N_before, and the epoch in
+    progress is shared out again: its loss sum evenly (the epoch's loss is their sum over the ranks), and
     its gradient noise measurements dropped (each rank's batch, which they are of, changed)."""
     mine = _owned(ranks[rank % len(ranks)])
     part = mine["epoch_part"]
