@@ -22,9 +22,9 @@ two renames leaves a .pt without manifest (ignored), and a truncated or corrupte
 the checksum, so :func:`newest` says so and takes the one before. So does a checkpoint whose
 checksum matches but whose manifest or state is not what a run writes (a bug, a hand edit, a
 forgery): the manifest is read within limits and checked against :data:`MANIFEST`, the state's
-outline against :data:`STATE`, before a run takes it. Only rank 0 writes. A full
-disk is one line (:class:`~parascale.errors.NoSpace`) and leaves the earlier checkpoints as
-they were: nothing is pruned before a checkpoint is whole.
+outline against :data:`STATE`, before a run takes it. Only rank 0 writes (every rank writes
+its part of a sharded one). A full disk is one line (:class:`~parascale.errors.NoSpace`) and
+leaves the earlier checkpoints as they were: nothing is pruned before a checkpoint is whole.
 
 The .pt is torch's own format, loadable without parascale (``torch.load(p, weights_only=True)``):
 tensors, numbers, strings, lists and dicts only. ``torch.distributed.checkpoint`` is used only
