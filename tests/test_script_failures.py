@@ -46,6 +46,14 @@ for x, y in loader:
     optimizer.zero_grad()
     run.backward(((model(x) - y) ** 2).mean())
     optimizer.step()
+if mode == "ok":  # a checkpoint written by rank 0 and read back by every rank
+    run.save(sys.argv[2], model=model, optimizer=optimizer, step=8)
+    before = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    assert run.load(sys.argv[2], model=model, optimizer=optimizer)["step"] == 8
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 ''')
     return script
 
