@@ -160,3 +160,17 @@ def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path, capfd):
     assert record["config"]["sync"] == "local-sgd" and record["sync"]["averages"] == 2
     saved = torch.load(checkpoint)
     assert set(saved) == {"model", "optimizer", "step"} and saved["step"] == 8
+
+
+def test_after_a_double_dash_every_argument_is_the_script_s():
+    from parascale.cli.main import build_parser
+    from parascale.cli.run_cmd import script_args
+
+    argv = ["run", "--workers", "2", str(SCRIPT), "--", "--workers", "3"]
+    command = build_parser(argv).parse_args(argv).command
+    assert command[0] == str(SCRIPT) and script_args(SCRIPT, command[1:]) == ["--workers", "3"]
+    assert script_args(SCRIPT, ["--epochs", "1", "--"]) == ["--epochs", "1", "--"]
+
+
+def test_no_script_at_all_is_one_line(tmp_path, capsys):
+    assert "give the script to run" in refused(capsys, tmp_path)
