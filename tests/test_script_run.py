@@ -37,7 +37,7 @@ def run_script(capfd, out: Path, workers: int, batch: int, *extra: str) -> dict:
 def test_two_copies_with_half_the_batch_end_where_one_with_all_of_it_does(tmp_path, capfd):
     study = tmp_path / "study" / "runs"
     one = run_script(capfd, study / "one", 1, 32)
-    two = run_script(capfd, study / "two", 2, 16)
+    two = run_script(capfd, study / "two", 2, 16, "--target-accuracy", "0.5")
     assert two["derived"]["world_size"] == 2 and two["derived"]["global_batch"] == 32
     assert_same(torch.load(study / "one" / "model.pt"), torch.load(study / "two" / "model.pt"))
     # the record is train's: its steps split, its epochs, the metric the script logged
@@ -45,6 +45,7 @@ def test_two_copies_with_half_the_batch_end_where_one_with_all_of_it_does(tmp_pa
     assert [e["epoch"] for e in two["epochs"]] == [1, 2]
     assert two["summary"]["final_test_accuracy"] == two["epochs"][-1]["test_accuracy"]
     assert {"name": "accuracy", "higher_is_better": True} in two["task"]["metrics"]
+    assert two["time_to_accuracy"]["reached"] and two["time_to_accuracy"]["epoch"] == 1
     assert one["epochs"][-1]["test_accuracy"] == pytest.approx(
         two["epochs"][-1]["test_accuracy"], abs=1e-3)
     # ... which report and predict read unchanged
