@@ -46,6 +46,8 @@ def test_two_copies_with_half_the_batch_end_where_one_with_all_of_it_does(tmp_pa
     assert two["summary"]["final_test_accuracy"] == two["epochs"][-1]["test_accuracy"]
     assert {"name": "accuracy", "higher_is_better": True} in two["task"]["metrics"]
     assert two["time_to_accuracy"]["reached"] and two["time_to_accuracy"]["epoch"] == 1
+    log = (study / "two" / "log.txt").read_text()  # the launcher's lines and rank 0's
+    assert "starting 2 copies" in log and "epoch 2: loss" in log
     assert one["epochs"][-1]["test_accuracy"] == pytest.approx(
         two["epochs"][-1]["test_accuracy"], abs=1e-3)
     # ... which report and predict read unchanged
@@ -142,6 +144,7 @@ def test_both_examples_run_alone_and_the_parascale_one_under_torchrun_too(tmp_pa
     assert record["status"] == "ok" and record["environment"]["launcher"] == "torchrun"
     assert record["derived"]["world_size"] == 2 and record["derived"]["per_device_batch"] == 16
     assert_same(torch.load(tmp_path / "alone.pt")["model"], torch.load(out / "model.pt"))
+    assert "epoch 1: loss" in (out / "log.txt").read_text()
 
 
 @pytest.mark.slow

@@ -138,6 +138,12 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
     return 0
 
 
+def launcher_name() -> str:
+    from parascale.runtime import external_launcher
+
+    return external_launcher() or "local"
+
+
 def _joined(cfg, script: Path, argv: list[str]) -> int:
     """Under torchrun or srun this process is one copy: it runs the script itself, and rank 0
     writes the record into --out."""
@@ -151,6 +157,13 @@ def _joined(cfg, script: Path, argv: list[str]) -> int:
 
     if speaks():  # rank 0 writes; the others' default --out may differ by a second
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        from parascale.record import LOG_NAME
+        from parascale.training.console import ConsoleLog
+
+        log = ConsoleLog(Path(cfg.out) / LOG_NAME, fresh=True)
+        log.line(f"--- parascale run {script.name}, {launcher_name()} launch ---")
+        log.close()
+        os.environ[contract.LOG] = str(log.path)
     os.environ[contract.SCRIPT] = spec(cfg, script, argv)
     run_script(str(script), argv)
     exit_now(0)  # skipping gloo's teardown, as train does under a launcher
