@@ -21,7 +21,7 @@ Start N copies of your own training script (--workers N, default one per core; o
 0,1,...), each a rank of one data-parallel job, or join the world of torchrun or srun. The
 script calls parascale's small API (import parascale.script; docs/scripts.md): its steps are
 measured on every rank and rank 0 writes DIR/record.json, the same run record as 'parascale
-train', which 'report' and 'predict' read. Everything after the script's path is the script's:
+train', which 'report' and 'predict' read, with DIR/model.pt and DIR/log.txt. Everything after the script's path is the script's:
 parascale's own options go before it (write -- first when the script takes an option of the
 same name).
 """
