@@ -387,9 +387,9 @@ def inspect(found: Found) -> Found:
         return found
     found.problem = state_problem(saved, found.manifest or {})
     if found.problem is None and found.sharded:
-        from parascale.training import sharded  # torch.distributed.checkpoint: only here
+        from parascale.training import dcp_metadata  # torch.distributed.checkpoint: only here
 
-        found.problem = sharded.metadata_problem(found.path)
+        found.problem = dcp_metadata.metadata_problem(found.path)
     epochs = saved["progress"].get("epochs") if found.problem is None else None
     last = epochs[-1] if isinstance(epochs, list) and epochs else None
     if isinstance(last, dict) and last.get("partial") is True and \
