@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import difflib
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,7 +44,7 @@ MEMORY_NEUTRAL = frozenset({
     "out", "save_model", "port", "timeout", "seed", "epochs", "steps", "lr", "lr_scaling",
     "base_batch", "warmup_epochs", "lr_schedule", "lr_milestones", "lr_gamma", "weight_decay",
     "target_accuracy", "target_metric", "target_value", "stop_at_target", "eval_every",
-    "download", "warmup_steps", "lr_min", "peak_tflops"})
+    "download", "warmup_steps", "lr_min", "peak_tflops", "tensorboard"})
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 
 
@@ -336,6 +337,16 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
         check(cfg, size)
     return Job(run.config_id, run.config_id, dict(run.params), train, size, per_device,
                global_batch, scaling, skip_reason=skip, memory_key=_memory_key(cfg, size))
+
+
+def run_train(job: Job) -> dict[str, Any]:
+    """The train options ``job`` runs with: a study's --tensorboard DIR becomes
+    DIR/<the run's folder>, so that each run has series of its own and TensorBoard lists the
+    runs by their configuration."""
+    train = dict(job.train)
+    if train.get("tensorboard"):
+        train["tensorboard"] = os.path.join(os.path.abspath(train["tensorboard"]), job.folder)
+    return train
 
 
 def _order(jobs: list[Job]) -> list[Job]:

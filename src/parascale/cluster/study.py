@@ -26,7 +26,7 @@ from typing import Any
 
 from parascale import record as rec
 from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
-from parascale.bench.study import Job
+from parascale.bench.study import Job, run_train
 from parascale.columns import aligned
 from parascale.cluster import scheduler
 from parascale.cluster.script import (Script, SlurmOptions, file_pattern, job_name, layout,
@@ -46,7 +46,7 @@ def study_train(job: Job, opts: SlurmOptions) -> dict[str, Any]:
     """The train options of ``job`` as a Slurm job runs them: threads from --cpus-per-task
     unless given (the cores Slurm gives each task, not this machine's), GPUs by task rather
     than by list."""
-    train = {"save_model": False, "threads": opts.cpus_per_task, **job.train}
+    train = {"save_model": False, "threads": opts.cpus_per_task, **run_train(job)}
     if opts.gpus_per_node:
         train.pop("gpus", None)
         train["device"] = "cuda"

@@ -80,7 +80,7 @@ def _first_line(exc: BaseException, url: str) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-PATHS = ("out", "data_dir")  # fixed options that are paths: compared as the folder they name
+PATHS = ("out", "data_dir", "tensorboard")  # fixed options that are paths: compared as the folder they name
 
 
 def _comparable(ident: dict[str, Any]) -> dict[str, Any]:
