@@ -9,6 +9,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -365,11 +366,11 @@ def _step(run: Run, batches, losses: LossTally) -> float:
 
 def _epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],
                  loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float],
-                 warmup: bool, rows: list[list[float]]) -> dict:
+                 warmup: bool, rows: Sequence[list[float]] = ()) -> dict:
     """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank
     and each rank's CPU time (``times``: this rank's); what else used the CPUs meanwhile
     (``cpu``: this rank's ``CpuWatch.end_epoch``); the mean step split over every rank's steps
-    (``rows``: this rank's step rows of the epoch)."""
+    (``rows``: this rank's step rows of the epoch; every rank gives them, or none does)."""
     epoch_time, cpu_time = times
     samples = steps * plan.derived.global_batch
     totals = torch.stack([loss_sum, torch.tensor(float(samples) / world.size,
