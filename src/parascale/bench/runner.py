@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from parascale import record as rec
+from parascale.bench import scripts
 from parascale.bench.study import Job, run_train
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
@@ -250,7 +251,8 @@ class StudyRunner:
         staging.parent.mkdir(parents=True, exist_ok=True)
         config = {"save_model": False, **run_train(job), "out": str(staging)}
         try:
-            record = train(config)
+            record = scripts.run_job(config, job.params, job.world_size) \
+                if scripts.is_script(job.params) else train(config)
         except KeyboardInterrupt:
             if not (staging / rec.RECORD_NAME).exists():  # nothing finished: leave no trace
                 shutil.rmtree(staging, ignore_errors=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from parascale import sync
 from parascale.batch import derive, indivisible
-from parascale.bench import expr
+from parascale.bench import expr, scripts
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
 from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds
@@ -35,7 +35,8 @@ __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_work
            "interleave", "reference_warning", "STUDY_NAMES", "SCALINGS"]
 
 SCALINGS = ("weak", "strong")
-STUDY_NAMES = frozenset({"scaling"})  # names bench itself understands; never passed to train
+# names bench itself understands; never passed to train (a script's: bench/scripts.py)
+STUDY_NAMES = frozenset({"scaling", scripts.SCRIPT, scripts.SCRIPT_ARGS})
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 BATCH_FIELDS = frozenset({"batch_size", "global_batch"})
 # options that do not change how much memory a run needs: ignored when an out-of-memory result
@@ -306,6 +307,8 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
 
     train, scaling = _split(run, referenced)
     _drop_foreign_options(train, used)
+    if scripts.is_script(run.params):
+        return _script_job(run, train, scaling)
     skip = run.skip_reason
     if scaling is not None:
         if train.get("workers") is None:
@@ -347,6 +350,32 @@ def run_train(job: Job) -> dict[str, Any]:
     if train.get("tensorboard"):
         train["tensorboard"] = os.path.join(os.path.abspath(train["tensorboard"]), job.folder)
     return train
+
+
+def _script_job(run: PlannedRun, train: dict[str, Any], scaling: str | None) -> Job:
+    """A run of the study's script: checked as ``parascale run`` checks its input. Its batch
+    is the script's, unknown until it runs (the record then says it)."""
+    from parascale.runtime import check_oversubscription
+    from parascale.training import threads_per_worker, world_size_for
+
+    if scaling is not None:
+        raise UsageError("--scaling sets the batch parascale trains with, and a script sets its "
+                         "own: give --workers, and the batch in the script's arguments (-P "
+                         "'script_args=--batch-size $(256 // ${workers})$' keeps a global "
+                         "batch of 256)")
+    _fit_gpus(train)
+    script = scripts.check_job(train, run.params)
+    try:
+        cfg = TrainConfig.from_dict(train)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"configuration {run.config_id}: {exc}") from None
+    validate(cfg)
+    size = world_size_for(cfg)
+    check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
+                           insist=cfg.oversubscribe)
+    return Job(run.config_id, run.config_id, {**run.params, scripts.SCRIPT: str(script)}, train,
+               size, None, None, skip_reason=run.skip_reason,
+               memory_key=_memory_key(cfg, size) + str(script))
 
 
 def _order(jobs: list[Job]) -> list[Job]:

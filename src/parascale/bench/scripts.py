@@ -1,0 +1,71 @@
+"""Studies over a user's own training script (``parascale bench --script train.py``).
+
+A script's study is a train study whose runs are ``parascale run`` launches: the study names
+``script`` (the file) and ``script_args`` (its arguments: one string, split as a shell would, or
+a list), and like any value they may be variables or refer to others, so that
+``-P 'script_args=--batch-size $(256 // ${workers})$'`` is a strong-scaling study of a script
+that takes its batch as an argument. Only ``parascale run``'s options apply to such runs (where
+they run, how they synchronise, how they end); the model, data, batch and length are the
+script's own, so a train option such as --epochs is refused, naming --script-args instead.
+"""
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from parascale.errors import UsageError
+
+SCRIPT, SCRIPT_ARGS = "script", "script_args"  # the study's names for the script and its args
+#: what bench itself may set on any run, beyond ``parascale run``'s own options
+_BENCH_SETS = ("threads", "save_model", "tensorboard")
+
+
+def is_script(params: dict[str, Any]) -> bool:
+    return params.get(SCRIPT) is not None
+
+
+def argv_of(value: Any) -> list[str]:
+    """``script_args`` as the script's argv: a string split as a shell would, or a list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise UsageError(f"script_args {value!r}: {exc} (give the script's arguments as a "
+                             "shell would take them, e.g. '--epochs 2 --batch-size 16')") from None
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
+    """The script of a study's run, checked with the options that run gives it; UsageError
+    for a train option a script does not take, a missing script or a strategy it cannot run."""
+    from parascale.cli.run_cmd import FIELDS, checked_script
+    from parascale.script.api import refusal
+
+    foreign = sorted(set(train) - set(FIELDS) - set(_BENCH_SETS) - {"sync_options"})
+    if foreign:
+        name = foreign[0].replace("_", "-")
+        raise UsageError(f"--{name} is the script's own business in a study of a script: pass "
+                         f"it in its arguments (--script-args '--{name} ...'); parascale's "
+                         f"options for a script are those of parascale run")
+    script = checked_script(str(params[SCRIPT]))
+    argv_of(params.get(SCRIPT_ARGS))
+    if (why := refusal(str(train.get("sync", "allreduce")))) is not None:
+        raise UsageError(why)
+    return script
+
+
+def run_job(config: dict[str, Any], params: dict[str, Any], size: int) -> dict[str, Any]:
+    """Launch one run of the study's script on ``size`` local workers, as ``parascale run``
+    does, into ``config['out']``; its record (or a failure record)."""
+    from parascale.config import TrainConfig
+    from parascale.script.launch import launch_script
+
+    cfg = TrainConfig.from_dict(config)
+    return launch_script(cfg, size, Path(params[SCRIPT]), argv_of(params.get(SCRIPT_ARGS)),
+                         ("train() call", time.time()))
