@@ -1,0 +1,143 @@
+"""``parascale run [options] script.py [script args]``: N copies of a user's training script,
+launched, measured and recorded as ``train``'s workers are (docs/scripts.md)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+from pathlib import Path
+
+from parascale.cli.options import add_train_options, config_from_args, flag
+from parascale.errors import UsageError
+
+#: the TrainConfig fields ``run`` takes: where to run, how to synchronise, how to end, where to
+#: write; the rest (model, data, batch, optimizer) is the script's own business
+FIELDS = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "sync",
+          "bucket_mb", "compression", "powersgd_rank", "period", "target_accuracy",
+          "target_metric", "target_value", "port", "timeout", "out")
+
+DESCRIPTION = """\
+Start N copies of your own training script (--workers N, default one per core; or --gpus
+0,1,...), each a rank of one data-parallel job, or join the world of torchrun or srun. The
+script calls parascale's small API (import parascale.script; docs/scripts.md): its steps are
+measured on every rank and rank 0 writes DIR/record.json, the same run record as 'parascale
+train', which 'report' and 'predict' read. Everything after the script's path is the script's:
+parascale's own options go before it (write -- first when the script takes an option of the
+same name).
+"""
+
+EXAMPLES = """\
+examples:
+  parascale run --workers 2 examples/digits_parascale.py --batch-size 16
+  parascale run --workers 4 --sync local-sgd --period 8 --out runs/mine train.py --epochs 3
+  torchrun --nproc-per-node 2 -m parascale run --out runs/tr train.py
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "run", help="launch your own training script on N workers and record how it scaled",
+        description=DESCRIPTION, epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    from parascale.config import TrainConfig
+
+    add_train_options(parser, exclude={f.name for f in dataclasses.fields(TrainConfig)}
+                      - set(FIELDS))
+    parser.add_argument("script", metavar="script.py", help="the training script to run")
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
+                        help="the script's own arguments")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def script_args(script: Path, args: list[str]) -> list[str]:
+    """The script's arguments; one that is an option of ``run`` itself is refused, since the
+    user more likely meant it for parascale (``--`` first passes everything as it is)."""
+    if args[:1] == ["--"]:
+        return args[1:]
+    ours = {flag(name) for name in FIELDS} | {"--no-oversubscribe"}
+    for arg in args:
+        name = arg.partition("=")[0]
+        if name in ours:
+            raise UsageError(f"{name} comes after {script.name}, so it would go to the script, "
+                             f"not to parascale: give parascale's options before the script, "
+                             f"or write -- after {script.name} to pass {name} to the script")
+    return args
+
+
+def checked_script(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise UsageError(f"no such script: {text} (give the path of a Python file, e.g. "
+                         "train.py)")
+    if path.suffix != ".py":
+        raise UsageError(f"{text} is not a Python script (.py); parascale run starts a .py "
+                         "file with its arguments")
+    return path.resolve()
+
+
+def run(args: argparse.Namespace) -> int:
+    from parascale.cli.train_cmd import process_start
+
+    command_start = process_start()
+    script = checked_script(args.script)
+    argv = script_args(script, list(args.args))
+    given = config_from_args(args)
+    if "out" not in given:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        given["out"] = f"runs/{script.stem}-{stamp}"
+    return _launch(given, script, argv, command_start)
+
+
+def _launch(given: dict, script: Path, argv: list[str], command_start: float) -> int:
+    import sys
+
+    from parascale.config import TrainConfig
+    from parascale.errors import WorkerFailure
+    from parascale.run_summary import busy_warning, done_lines
+    from parascale.runtime import check_oversubscription, external_launcher
+    from parascale.runtime.env import available_cores
+    from parascale.script.api import refusal
+    from parascale.training.preflight import threads_per_worker, world_size_for
+    from parascale.validation import validate
+
+    cfg = TrainConfig.from_dict(given)
+    validate(cfg)
+    if (why := refusal(cfg.sync)) is not None:
+        raise UsageError(why)
+    size = world_size_for(cfg)
+    launcher = external_launcher()
+    if launcher:
+        if cfg.gpus is None and cfg.workers is not None and cfg.workers != size:
+            raise UsageError(f"--workers {cfg.workers} does not match the {size} processes "
+                             f"started by {launcher}; leave --workers out under a launcher")
+        return _joined(cfg, script, argv)
+    check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
+                           insist=cfg.oversubscribe)
+    from parascale.script.launch import launch_script
+
+    record = launch_script(cfg, size, script, argv, ("process start", command_start))
+    if record["status"] != "ok":
+        raise WorkerFailure(f"{record['reason']} (record: {cfg.out}/record.json)")
+    print("\n".join(done_lines(record)))
+    print(f"record: {cfg.out}/record.json", flush=True)
+    if warning := busy_warning(record.get("machine")):
+        print(warning, file=sys.stderr)
+    return 0
+
+
+def _joined(cfg, script: Path, argv: list[str]) -> int:
+    """Under torchrun or srun this process is one copy: it runs the script itself, and rank 0
+    writes the record into --out."""
+    import os
+
+    from parascale.runtime import contract
+    from parascale.runtime.processes import exit_now
+    from parascale.script.launch import spec
+    from parascale.script.running import run_script
+
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    os.environ[contract.SCRIPT] = spec(cfg, script, argv)
+    run_script(str(script), argv)
+    exit_now(0)  # skipping gloo's teardown, as train does under a launcher
+    return 0
