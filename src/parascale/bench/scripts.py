@@ -3,8 +3,8 @@
 A script's study is a train study whose runs are ``parascale run`` launches: the study names
 ``script`` (the file) and ``script_args`` (its arguments: one string, split as a shell would, or
 a list), and like any value they may be variables or refer to others, so that
-``-P 'script_args=--batch-size $(256 // ${workers})$'`` is a strong-scaling study of a script
-that takes its batch as an argument. Only ``parascale run``'s options apply to such runs (where
+``-P 'b=$(256 // ${workers})$' -P 'script_args=--batch-size ${b}'`` is a strong-scaling study
+of a script that takes its batch as an argument. Only ``parascale run``'s options apply to such runs (where
 they run, how they synchronise, how they end); the model, data, batch and length are the
 script's own, so a train option such as --epochs is refused, naming --script-args instead.
 """

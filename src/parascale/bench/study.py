@@ -361,8 +361,8 @@ def _script_job(run: PlannedRun, train: dict[str, Any], scaling: str | None) -> 
     if scaling is not None:
         raise UsageError("--scaling sets the batch parascale trains with, and a script sets its "
                          "own: give --workers, and the batch in the script's arguments (-P "
-                         "'script_args=--batch-size $(256 // ${workers})$' keeps a global "
-                         "batch of 256)")
+                         "'b=$(256 // ${workers})$' -P 'script_args=--batch-size ${b}' keeps "
+                         "a global batch of 256)")
     _fit_gpus(train)
     script = scripts.check_job(train, run.params)
     try:

@@ -95,5 +95,5 @@ def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             if key in study["parameters"] or key in study["variables"]:
                 raise PlanError(f"study file {str(file)!r} gives {key} twice: at the top and "
                                 "under parameters or variables; give it once")
-            study["parameters"] = {**study["parameters"], key: data[key]}
+            study["parameters"] = {**dict(study["parameters"]), key: data[key]}
     return study

@@ -14,7 +14,7 @@ from parascale.errors import UsageError
 #: write; the rest (model, data, batch, optimizer) is the script's own business
 FIELDS = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "sync",
           "bucket_mb", "compression", "powersgd_rank", "period", "target_accuracy",
-          "target_metric", "target_value", "port", "timeout", "out")
+          "target_metric", "target_value", "port", "timeout", "out", "tensorboard")
 
 DESCRIPTION = """\
 Start N copies of your own training script (--workers N, default one per core; or --gpus
@@ -103,6 +103,10 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
 
     cfg = TrainConfig.from_dict(given)
     validate(cfg)
+    if cfg.tensorboard:
+        from parascale.files import check_writable_folder
+
+        check_writable_folder(cfg.tensorboard, "--tensorboard")
     if (why := refusal(cfg.sync)) is not None:
         raise UsageError(why)
     size = world_size_for(cfg)
