@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import one_error_line
+from helpers import assert_matches, one_error_line, series
 from parascale.cli.main import main
 from parascale.report import load_studies, summary_rows
-from test_tensorboard import assert_matches, series
 
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "digits_parascale.py"
 

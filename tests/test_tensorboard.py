@@ -5,38 +5,16 @@ is one line, exit 2, before anything runs."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import run_training
-from helpers import one_error_line
+from helpers import assert_matches, one_error_line, series
 from parascale.cli.main import main
-from parascale.training.board import Board, scalars
+from parascale.training.board import Board
 
 PARTS = {"step_time/data", "step_time/compute", "step_time/sync", "step_time/optimizer",
          "step_time/step"}
-
-
-def series(folder: Path) -> dict[str, dict[int, float]]:
-    """Every scalar series in ``folder``'s event files: tag -> {epoch: value}."""
-    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: {e.step: e.value for e in events.Scalars(tag)}
-            for tag in events.Tags()["scalars"]}
-
-
-def assert_matches(found: dict[str, dict[int, float]], epochs: list[dict]) -> None:
-    """Each epoch's figures in the record are each series' value at that epoch (the event
-    format keeps float32), and there is no series the record does not hold."""
-    wanted: dict[str, dict[int, float]] = {}
-    for entry in epochs:
-        for tag, value in scalars(entry).items():
-            wanted.setdefault(tag, {})[entry["epoch"]] = value
-    assert set(found) == set(wanted)
-    for tag, values in wanted.items():
-        assert found[tag] == {e: pytest.approx(v, rel=1e-6) for e, v in values.items()}, tag
 
 
 def test_an_epoch_entry_becomes_one_series_per_figure_and_step_part(tmp_path):

@@ -47,7 +47,8 @@ def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     from parascale.cli.run_cmd import FIELDS, checked_script
     from parascale.script.api import refusal
 
-    foreign = sorted(set(train) - set(FIELDS) - set(_BENCH_SETS) - {"sync_options"})
+    foreign = sorted(set(train) - set(FIELDS) - set(_BENCH_SETS) - {"sync_options"}) + \
+        sorted(train.get("sync_options") or {})  # a strategy's option parascale run lacks
     if foreign:
         name = foreign[0].replace("_", "-")
         raise UsageError(f"--{name} is the script's own business in a study of a script: pass "
@@ -58,6 +59,22 @@ def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     if (why := refusal(str(train.get("sync", "allreduce")))) is not None:
         raise UsageError(why)
     return script
+
+
+def run_options(train: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``train`` that ``parascale run`` takes (a Slurm job's command line)."""
+    from parascale.cli.run_cmd import FIELDS
+
+    return {k: v for k, v in train.items() if k in FIELDS}
+
+
+def command_tail(params: dict[str, Any]) -> list[str]:
+    """What follows a run's options on the ``parascale run`` command line: the script and its
+    arguments ('--' first, so that none is taken for an option of run's); nothing for a train
+    run."""
+    if not is_script(params):
+        return []
+    return [str(params[SCRIPT]), "--", *argv_of(params.get(SCRIPT_ARGS))]
 
 
 def run_job(config: dict[str, Any], params: dict[str, Any], size: int) -> dict[str, Any]:

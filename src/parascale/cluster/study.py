@@ -26,6 +26,7 @@ from typing import Any
 
 from parascale import record as rec
 from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
+from parascale.bench import scripts
 from parascale.bench.study import Job, run_train
 from parascale.columns import aligned
 from parascale.cluster import scheduler
@@ -50,7 +51,7 @@ def study_train(job: Job, opts: SlurmOptions) -> dict[str, Any]:
     if opts.gpus_per_node:
         train.pop("gpus", None)
         train["device"] = "cuda"
-    return train
+    return scripts.run_options(train) if scripts.is_script(job.params) else train
 
 
 def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
@@ -62,7 +63,9 @@ def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
     script = Script(
         name=job_name(f"ps-{study.name}-{job.folder}"),
         what=f"parascale study {study.name}, configuration {job.folder}: {job.label or job.folder}",
-        train=[*train_flags(study_train(job, opts)), "--out", str(staging)],
+        train=[*train_flags(study_train(job, opts)), "--out", str(staging),
+               *scripts.command_tail(job.params)],
+        command="run" if scripts.is_script(job.params) else "train",
         output=file_pattern(study / SLURM / job.folder) + "-%j.out",
         nodes=nodes, tasks_per_node=per_node,
         before=["# the remains of an earlier attempt at this configuration",
