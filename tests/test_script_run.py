@@ -5,7 +5,13 @@ does), the record is train's (report and predict read it), and bad launch input 
 """
 from __future__ import annotations
 
+import ast
+import difflib
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,3 +86,77 @@ def test_a_strategy_option_is_checked_before_anything_starts(tmp_path, capsys):
     line = refused(capsys, tmp_path, "--sync", "local-sgd", "--compression", "fp16",
                    str(SCRIPT))
     assert "--compression" in line
+
+
+def changed_lines(before: str, after: str) -> int:
+    """Lines of code changed from ``before`` to ``after``, module docstrings aside (a replaced
+    line counts once)."""
+    def code(text: str) -> list[str]:
+        tree = ast.parse(text)
+        first = tree.body[1].lineno if ast.get_docstring(tree) else 1
+        return text.splitlines()[first - 1:]
+
+    matcher = difflib.SequenceMatcher(None, code(before), code(after), autojunk=False)
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+               if tag != "equal")
+
+
+def test_the_parascale_example_changes_at_most_ten_lines_of_the_plain_one():
+    plain = (EXAMPLES / "digits_plain.py").read_text()
+    ours = SCRIPT.read_text()
+    assert 0 < changed_lines(plain, ours) <= 10
+    assert changed_lines(plain, plain) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_both_examples_run_alone_and_the_parascale_one_under_torchrun_too(tmp_path):
+    """Alone, the parascale script is one worker with batch B; under torchrun, 2 ranks with
+    B/2 each end with its parameters (the world torchrun made was joined, not another)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARASCALE_")}
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    args = ["--epochs", "1"]
+    plain = subprocess.run([sys.executable, str(EXAMPLES / "digits_plain.py"), *args,
+                            "--save", str(tmp_path / "plain.pt")], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    alone = subprocess.run([sys.executable, str(SCRIPT), *args, "--batch-size", "32", "--save",
+                            str(tmp_path / "alone.pt")], env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert alone.returncode == 0, alone.stderr
+    assert "epoch 1:" in plain.stdout and "epoch 1:" in alone.stdout
+    out = tmp_path / "torchrun"
+    joined = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
+         "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m",
+         "parascale", "run", "--timeout", "60", "--out", str(out), str(SCRIPT), *args,
+         "--batch-size", "16"], env=env, capture_output=True, text=True, timeout=300)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    record = json.loads((out / "record.json").read_text())
+    assert record["status"] == "ok" and record["environment"]["launcher"] == "torchrun"
+    assert record["derived"]["world_size"] == 2 and record["derived"]["per_device_batch"] == 16
+    assert_same(torch.load(tmp_path / "alone.pt")["model"], torch.load(out / "model.pt"))
+
+
+@pytest.mark.slow
+def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path, capfd):
+    """--sync local-sgd through the API (its averages recorded), and run.save/run.load: rank
+    0 writes, every rank reads back the parameters it had (the last step averaged them)."""
+    from test_script_failures import write_script
+
+    out = tmp_path / "run"
+    checkpoint = tmp_path / "state.pt"
+    code = main(["run", "--workers", "2", "--sync", "local-sgd", "--period", "2", "--timeout",
+                 "60", "--out", str(out), str(write_script(tmp_path)), "ok", str(checkpoint)])
+    output = capfd.readouterr()
+    assert code == 0, output.out + output.err
+    record = json.loads((out / "record.json").read_text())
+    # 64 samples, 2 x 8 per step: 4 steps, averaged every 2nd
+    assert record["config"]["sync"] == "local-sgd" and record["sync"]["averages"] == 2
+    saved = torch.load(checkpoint)
+    assert set(saved) == {"model", "optimizer", "step"} and saved["step"] == 8

@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     add_train_options(parser, exclude={f.name for f in dataclasses.fields(TrainConfig)}
                       - set(FIELDS))
+    for action in parser._actions:
+        if action.dest == "sync":  # the trainer's list names strategies a script cannot run
+            action.help = ("Synchronisation strategy: allreduce (DDP), local-sgd or none (no "
+                           "exchange: the contention baseline); the others need parascale's "
+                           "own training step. (default: allreduce)")
     parser.add_argument("script", metavar="script.py", help="the training script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
                         help="the script's own arguments")

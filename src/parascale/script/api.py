@@ -76,6 +76,9 @@ class Run:
         self._samples = 0
         self._pending: dict[str, float] = {}  # metrics logged before the first epoch ended
         self.finished = False
+        #: whether epochs are gathered into a record: not in a plain process (a world of one
+        #: outside parascale run), where nothing is written and the steps alone are timed
+        self.recording = world.launcher != "plain"
         self.board = open_board(cfg.tensorboard, world.is_main)  # --tensorboard DIR
 
     # --- the model and optimizer ------------------------------------------------------------
@@ -158,13 +161,19 @@ class Run:
         now = time.perf_counter()
         if self.first_step_at is None:
             self.first_step_at, self.progress.t_start = time.time(), now
-            self.cpu.start_window()
-        self.cpu.start_epoch()
+            if self.recording:
+                self.cpu.start_window()
+        if self.recording:
+            self.cpu.start_epoch()
         self._epoch = {"t0": now, "cpu0": time.process_time(), "steps": 0}
 
     def _epoch_ends(self) -> None:
         """Collective: the epoch's record entry, from every rank's figures."""
         epoch, self._epoch = self._epoch, None
+        if not self.recording:
+            self.clock.restart()
+            self.losses = LossTally(self.device)
+            return
         if epoch is None or epoch["steps"] == 0 or self.plan is None:
             return
         wall = time.perf_counter() - epoch["t0"]
@@ -237,7 +246,8 @@ class Run:
 
     def finish(self) -> dict[str, Any] | None:
         """Collective, once (``parascale run`` calls it when the script returns): rank 0 makes
-        the run record and writes it into --out; the record on rank 0, None elsewhere."""
+        the run record and writes it into --out; the record on rank 0, None elsewhere (and in
+        a plain process, which keeps no record)."""
         if self.finished:
             return None
         self.finished = True
@@ -245,6 +255,10 @@ class Run:
             self._epoch_ends()
         if self.board is not None:
             self.board.close()
+        if not self.recording:
+            if self.strategy is not None:
+                self.strategy.finish()
+            return None
         if not self.progress.epochs or self.strategy is None:
             from parascale.errors import KnownFailure
 

@@ -1,4 +1,5 @@
-"""Which samples each copy of a script sees: the trainer's arithmetic (training/sampling.py)
+"""Which samples each copy of a script sees: the trainer's arithmetic (training/sampling.py:
+one permutation per epoch, the same on every rank, each global batch cut into rank slices)
 applied to the user's own DataLoader, so that N copies with batch b each step through exactly
 the samples one copy with batch N x b would (the foundation test: tests/test_script_run.py).
 """
@@ -11,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from parascale.batch import steps_per_epoch
-from parascale.training.sampling import eval_shard, train_shard
+from parascale.training.sampling import epoch_order, eval_shard
 
 
 class TrainBatches:
@@ -29,16 +30,14 @@ class TrainBatches:
 
     def __iter__(self) -> Iterator[list[int]]:
         self.epoch += 1  # every rank passes as often as the others: the same permutation
-        if self.shuffle:
-            steps = train_shard(self.samples, self.per_device, self.world, self.rank, 1,
-                                self.seed, self.epoch)
-            for micro in steps:
-                yield micro[0].tolist()
-            return
+        # train_shard's slices, cut from one list (not a tensor per step: .tolist() each
+        # step was a visible share of a small model's step)
+        order = epoch_order(self.samples, self.seed, self.epoch).tolist() if self.shuffle \
+            else range(self.samples)
         width = self.per_device * self.world
         for number in range(len(self)):
             first = number * width + self.rank * self.per_device
-            yield list(range(first, first + self.per_device))
+            yield list(order[first:first + self.per_device])
 
 
 class EvalBatches:
