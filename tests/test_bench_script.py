@@ -66,6 +66,12 @@ def test_a_strategy_the_script_api_cannot_run_is_refused(capsys, tmp_path):
     assert "--sync zero cannot run a script" in refused(capsys, tmp_path, "--sync", "zero")
 
 
+def test_a_tensorboard_folder_that_cannot_be_made_is_refused(capsys, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    line = refused(capsys, tmp_path, "--tensorboard", str(tmp_path / "file" / "tb"))
+    assert "--tensorboard" in line and "not a folder" in line
+
+
 def test_a_missing_script_is_refused(capsys, tmp_path):
     out = tmp_path / "study"
     assert main(["bench", "--script", str(tmp_path / "none.py"), "--workers", "1",

@@ -56,6 +56,10 @@ def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
                          f"options for a script are those of parascale run")
     script = checked_script(str(params[SCRIPT]))
     argv_of(params.get(SCRIPT_ARGS))
+    if train.get("tensorboard"):  # train's preflight checks it; a script's run has none
+        from parascale.files import check_writable_folder
+
+        check_writable_folder(str(train["tensorboard"]), "--tensorboard")
     if (why := refusal(str(train.get("sync", "allreduce")))) is not None:
         raise UsageError(why)
     return script
