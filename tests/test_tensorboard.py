@@ -72,3 +72,16 @@ def test_a_study_gives_each_run_a_folder_of_its_own(tmp_path):
         record = json.loads((study / "runs" / run / "record.json").read_text())
         assert record["config"]["tensorboard"] == str(board / run)
         assert_matches(series(board / run), record["epochs"])
+
+
+def test_a_studys_folder_for_series_changes_none_of_its_configurations(tmp_path, capsys):
+    study = ["bench", "--model", "mlp", "--steps", "2", "--workers", "1", "-V", "lr=0.05,0.1",
+             "--dry-run", "--out", str(tmp_path / "study")]
+    plans = []
+    for extra in ([], ["--tensorboard", str(tmp_path / "tb")]):
+        assert main([*study, *extra]) == 0
+        plans.append([line.split()[0] for line in capsys.readouterr().out.splitlines()
+                      if line.startswith("lr-")])
+    assert len(plans[0]) == 2 and plans[0] == plans[1]  # the same runs, in the same folders
+    assert main([*study, "-P", f"tensorboard={tmp_path / 'tb'}"]) == 2
+    assert "give --tensorboard DIR" in one_error_line(capsys)

@@ -30,6 +30,7 @@ from parascale.digits import INT_RE
 from parascale.validation import validate
 from parascale.runtime.env import available_cores, cores_per_worker
 from parascale.errors import UsageError
+from parascale.files import check_writable_folder
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
            "interleave", "reference_warning", "STUDY_NAMES", "SCALINGS"]
@@ -221,6 +222,9 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
             if name == "out":
                 raise UsageError("out is chosen by bench (STUDY/runs/<configuration>/); "
                                  "give the study folder with --out")
+            if name == "tensorboard":  # as out: where runs write is no setting of a run
+                raise UsageError("tensorboard is one folder for the whole study (each run "
+                                 "writes into DIR/<configuration>): give --tensorboard DIR")
             train[name] = _coerce(name, value)
         elif name in _declared_elsewhere():  # a strategy's option that is no field
             train.setdefault("sync_options", {})[name] = value
@@ -340,6 +344,17 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
         check(cfg, size)
     return Job(run.config_id, run.config_id, dict(run.params), train, size, per_device,
                global_batch, scaling, skip_reason=skip, memory_key=_memory_key(cfg, size))
+
+
+def with_board(jobs: list[Job], folder: str | None) -> list[Job]:
+    """``jobs`` writing TensorBoard series under ``folder`` (--tensorboard), each run into a
+    folder of its own (:func:`run_train`). Set on the jobs, not planned as a value: the study's
+    configurations, and so its folders, stay what they are with or without it."""
+    if folder:
+        check_writable_folder(folder, "--tensorboard")
+        for job in jobs:
+            job.train["tensorboard"] = os.path.abspath(folder)
+    return jobs
 
 
 def run_train(job: Job) -> dict[str, Any]:
