@@ -37,7 +37,7 @@ def run_script(capfd, out: Path, workers: int, batch: int, *extra: str) -> dict:
 def test_two_copies_with_half_the_batch_end_where_one_with_all_of_it_does(tmp_path, capfd):
     study = tmp_path / "study" / "runs"
     one = run_script(capfd, study / "one", 1, 32)
-    two = run_script(capfd, study / "two", 2, 16)
+    two = run_script(capfd, study / "two", 2, 16, "--target-accuracy", "0.5")
     assert two["derived"]["world_size"] == 2 and two["derived"]["global_batch"] == 32
     assert_same(torch.load(study / "one" / "model.pt"), torch.load(study / "two" / "model.pt"))
     # the record is train's: its steps split, its epochs, the metric the script logged
@@ -45,6 +45,9 @@ def test_two_copies_with_half_the_batch_end_where_one_with_all_of_it_does(tmp_pa
     assert [e["epoch"] for e in two["epochs"]] == [1, 2]
     assert two["summary"]["final_test_accuracy"] == two["epochs"][-1]["test_accuracy"]
     assert {"name": "accuracy", "higher_is_better": True} in two["task"]["metrics"]
+    assert two["time_to_accuracy"]["reached"] and two["time_to_accuracy"]["epoch"] == 1
+    log = (study / "two" / "log.txt").read_text()  # the launcher's lines and rank 0's
+    assert "starting 2 copies" in log and "epoch 2: loss" in log
     assert one["epochs"][-1]["test_accuracy"] == pytest.approx(
         two["epochs"][-1]["test_accuracy"], abs=1e-3)
     # ... which report and predict read unchanged
@@ -141,6 +144,7 @@ def test_both_examples_run_alone_and_the_parascale_one_under_torchrun_too(tmp_pa
     assert record["status"] == "ok" and record["environment"]["launcher"] == "torchrun"
     assert record["derived"]["world_size"] == 2 and record["derived"]["per_device_batch"] == 16
     assert_same(torch.load(tmp_path / "alone.pt")["model"], torch.load(out / "model.pt"))
+    assert "epoch 1: loss" in (out / "log.txt").read_text()
 
 
 @pytest.mark.slow
@@ -160,3 +164,17 @@ def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path, capfd):
     assert record["config"]["sync"] == "local-sgd" and record["sync"]["averages"] == 2
     saved = torch.load(checkpoint)
     assert set(saved) == {"model", "optimizer", "step"} and saved["step"] == 8
+
+
+def test_after_a_double_dash_every_argument_is_the_script_s():
+    from parascale.cli.main import build_parser
+    from parascale.cli.run_cmd import script_args
+
+    argv = ["run", "--workers", "2", str(SCRIPT), "--", "--workers", "3"]
+    command = build_parser(argv).parse_args(argv).command
+    assert command[0] == str(SCRIPT) and script_args(SCRIPT, command[1:]) == ["--workers", "3"]
+    assert script_args(SCRIPT, ["--epochs", "1", "--"]) == ["--epochs", "1", "--"]
+
+
+def test_no_script_at_all_is_one_line(tmp_path, capsys):
+    assert "give the script to run" in refused(capsys, tmp_path)

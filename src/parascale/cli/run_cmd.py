@@ -21,7 +21,7 @@ Start N copies of your own training script (--workers N, default one per core; o
 0,1,...), each a rank of one data-parallel job, or join the world of torchrun or srun. The
 script calls parascale's small API (import parascale.script; docs/scripts.md): its steps are
 measured on every rank and rank 0 writes DIR/record.json, the same run record as 'parascale
-train', which 'report' and 'predict' read. Everything after the script's path is the script's:
+train', which 'report' and 'predict' read, with DIR/model.pt and DIR/log.txt. Everything after the script's path is the script's:
 parascale's own options go before it (write -- first when the script takes an option of the
 same name).
 """
@@ -48,9 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
             action.help = ("Synchronisation strategy: allreduce (DDP), local-sgd or none (no "
                            "exchange: the contention baseline); the others need parascale's "
                            "own training step. (default: allreduce)")
-    parser.add_argument("script", metavar="script.py", help="the training script to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
-                        help="the script's own arguments")
+    # one REMAINDER for the script and its arguments: argparse keeps a '--' inside it (it drops
+    # the one that follows a positional of its own, which script_args must see)
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py ...",
+                        help="the training script to run, then its own arguments")
     parser.set_defaults(func=run)
     return parser
 
@@ -85,8 +86,14 @@ def run(args: argparse.Namespace) -> int:
     from parascale.cli.train_cmd import process_start
 
     command_start = process_start()
-    script = checked_script(args.script)
-    argv = script_args(script, list(args.args))
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UsageError("give the script to run: parascale run [options] script.py [its "
+                         "arguments]")
+    script = checked_script(command[0])
+    argv = script_args(script, command[1:])
     given = config_from_args(args)
     if "out" not in given:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -135,17 +142,32 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
     return 0
 
 
+def launcher_name() -> str:
+    from parascale.runtime import external_launcher
+
+    return external_launcher() or "local"
+
+
 def _joined(cfg, script: Path, argv: list[str]) -> int:
     """Under torchrun or srun this process is one copy: it runs the script itself, and rank 0
     writes the record into --out."""
     import os
 
     from parascale.runtime import contract
+    from parascale.runtime.env import speaks
     from parascale.runtime.processes import exit_now
     from parascale.script.launch import spec
     from parascale.script.running import run_script
 
-    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    if speaks():  # rank 0 writes; the others' default --out may differ by a second
+        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        from parascale.record import LOG_NAME
+        from parascale.training.console import ConsoleLog
+
+        log = ConsoleLog(Path(cfg.out) / LOG_NAME, fresh=True)
+        log.line(f"--- parascale run {script.name}, {launcher_name()} launch ---")
+        log.close()
+        os.environ[contract.LOG] = str(log.path)
     os.environ[contract.SCRIPT] = spec(cfg, script, argv)
     run_script(str(script), argv)
     exit_now(0)  # skipping gloo's teardown, as train does under a launcher

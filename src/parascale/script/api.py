@@ -11,6 +11,7 @@ One pass over the sharded loader is one epoch of the record.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -233,7 +234,7 @@ class Run:
         if self.is_main:
             state = {name: self._plain(o).state_dict() if hasattr(o, "state_dict") else o
                      for name, o in objects.items()}
-            atomic_write(_path(path), lambda handle: torch.save(state, handle))
+            atomic_write(Path(path), lambda handle: torch.save(state, handle))
         if self.size > 1:
             dist.barrier()
 
@@ -268,12 +269,6 @@ class Run:
         from parascale.script.recording import make_record
 
         return make_record(self)
-
-
-def _path(path: str):
-    from pathlib import Path
-
-    return Path(path)
 
 
 class _Steps:

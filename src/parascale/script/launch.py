@@ -14,6 +14,7 @@ from parascale.config import TrainConfig
 from parascale.errors import NoSpace
 from parascale.runtime import contract, launch, open_store
 from parascale.runtime.staging import produce
+from parascale.training.console import ConsoleLog
 from parascale.training.launcher import _timing
 from parascale.training.preflight import threads_per_worker
 
@@ -26,7 +27,7 @@ def launch_script(cfg: TrainConfig, size: int, script: Path, argv: list[str],
     store = open_store(cfg.port)  # a busy --port is refused before anything is written
     return produce(cfg.out, "parascale-run-",
                    lambda folder: _job(cfg, size, script, argv, store, folder, since),
-                   rec.RECORD_NAME, rec.dumps, companions=(rec.MODEL_NAME,))
+                   rec.RECORD_NAME, rec.dumps, companions=(rec.MODEL_NAME, rec.LOG_NAME))
 
 
 def spec(cfg: TrainConfig, script: Path, argv: list[str]) -> str:
@@ -37,10 +38,21 @@ def spec(cfg: TrainConfig, script: Path, argv: list[str]) -> str:
 def _job(cfg: TrainConfig, size: int, script: Path, argv: list[str], store, folder: Path,
          since: tuple[str, float]) -> dict[str, Any]:
     resolved = dataclasses.replace(cfg, workers=size, out=str(folder))
-    env = {contract.SCRIPT: spec(resolved, script, argv)}
-    print(f"parascale: starting {size} cop{'ies' if size > 1 else 'y'} of {script.name}...",
-          flush=True)
-    outcome = launch(WORKER, size, env, threads=threads_per_worker(cfg, size), store=store)
+    # the run's console, as train keeps it: the launcher's lines and rank 0's (running.py)
+    log = ConsoleLog(folder / rec.LOG_NAME, fresh=True)
+    env = {contract.SCRIPT: spec(resolved, script, argv), contract.LOG: str(log.path)}
+    try:
+        with log.tee():
+            log.line(f"--- parascale run {script.name} {' '.join(argv)}, local launch of "
+                     f"{size} worker(s), {rec.now()} ---")
+            print(f"parascale: starting {size} cop{'ies' if size > 1 else 'y'} of "
+                  f"{script.name}...", flush=True)
+            outcome = launch(WORKER, size, env, threads=threads_per_worker(cfg, size),
+                             store=store)
+        log.line(f"parascale: {'finished' if outcome.status == 'ok' else outcome.status} at "
+                 f"{rec.now()}" + ("" if outcome.status == "ok" else f": {outcome.message}"))
+    finally:
+        log.close()
     if outcome.no_space:
         raise NoSpace(outcome.message)
     written = folder / rec.RECORD_NAME

@@ -36,6 +36,24 @@ def _unused(*_: Any) -> Any:  # a script builds its own model, loss and metrics
     raise NotImplementedError
 
 
+def _time_to_target(run: Run, task: tasks.Task) -> dict[str, Any] | None:
+    """The record's ``time_to_accuracy`` over the epochs the script logged; a target on a
+    metric it never logged is never reached, and rank 0 says why."""
+    target = tasks.target_of(run.cfg)
+    if target is None:
+        return None
+    if target[0] not in run.directions:
+        if run.is_main:
+            print(f"parascale: the target on {target[0]} was never reached: the script never "
+                  f"logged {target[0]} (run.log({target[0]}=...))", flush=True)
+        return {"target": target[1], "metric": target[0], "higher_is_better": None,
+                "reached": False, "split": "test", "epoch": None, "elapsed_s": None}
+    tta = None
+    for entry in run.progress.epochs:
+        tta = time_to_target(run.cfg, task, entry, tta)
+    return tta
+
+
 def make_record(run: Run) -> dict[str, Any] | None:
     """Collective: every rank gathers its figures; rank 0 writes record.json (and model.pt)
     into the run's --out and returns the record."""
@@ -48,10 +66,7 @@ def make_record(run: Run) -> dict[str, Any] | None:
     strategy.finish()
     ended = time.perf_counter()
     task = _task(run)
-    tta = None
-    if tasks.target_of(run.cfg) is not None:
-        for entry in epochs:
-            tta = time_to_target(run.cfg, task, entry, tta)
+    tta = _time_to_target(run, task)
     setup_s = progress.t_start - run.t_called
     times = Times(setup_s=setup_s, total_s=ended - progress.t_start, start=run.started,
                   training_s=ended - progress.t_start, first_step_at=run.first_step_at or 0.0)

@@ -8,6 +8,7 @@ its copies trained alone and nothing measured them.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -16,7 +17,9 @@ import traceback
 from pathlib import Path
 
 from parascale.errors import KnownFailure
+from parascale.runtime import contract
 from parascale.runtime.failure import describe, is_out_of_memory, is_secondary
+from parascale.training.console import ConsoleLog
 
 _LIBRARIES = tuple({str(Path(p).resolve()) for p in (
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
@@ -43,8 +46,10 @@ def run_script(path: str, argv: list[str]) -> None:
     sys.argv = [path, *argv]
     sys.path.insert(0, str(Path(path).resolve().parent))  # as python puts the script's folder
     name = Path(path).name
+    log = _console()
     try:
-        runpy.run_path(path, run_name="__main__")
+        with log.tee() if log else contextlib.nullcontext():
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
             said = f": {exc.code}" if isinstance(exc.code, str) else f" with status {exc.code}"
@@ -54,6 +59,9 @@ def run_script(path: str, argv: list[str]) -> None:
             raise  # the launcher's own words for these (a peer's failure, memory)
         traceback.print_exc()  # rank 0's on the terminal, the others' in their logs
         raise ScriptFailed(f"{describe(exc)} ({where(exc)})") from exc
+    finally:
+        if log:
+            log.close()
     run = script.current()
     if run is None:
         raise ScriptFailed(f"{name} never called parascale.script.start(): its copies trained "
@@ -61,11 +69,18 @@ def run_script(path: str, argv: list[str]) -> None:
     run.finish()
 
 
+def _console() -> ConsoleLog | None:
+    """Rank 0's console log, where the launcher keeps the run's (contract.LOG)."""
+    path = os.environ.get(contract.LOG)
+    if path and os.environ.get(contract.RANK, "0") == "0":
+        return ConsoleLog(path)
+    return None
+
+
 def main() -> None:
     """A worker of ``parascale run`` (``python -m parascale.script.worker``)."""
     import json
 
-    from parascale.runtime import contract
     from parascale.runtime.failure import serve_as_worker
 
     spec = json.loads(os.environ[contract.SCRIPT])
