@@ -28,13 +28,13 @@ def test_a_scripts_job_runs_parascale_run_on_every_task(tmp_path, capsys):
     assert "--timeout comes after digits_parascale.py" in one_error_line(capsys)
     assert main(["slurm", "run", "--workers", "4", "--nodes", "2", "--sync", "local-sgd",
                  "--period", "4", "--tensorboard", str(tmp_path / "tb"), "--out", str(out),
-                 "--dry-run", str(SCRIPT), "--epochs", "2", "--save", "m.pt"]) == 0
+                 "--dry-run", str(SCRIPT), "--", "--epochs", "2", "--timeout", "9"]) == 0
     words = srun_words(capsys.readouterr().out)
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
     ran = words[words.index("run") + 1:]
     assert ran == ["--workers", "4", "--threads", "1", "--sync", "local-sgd", "--period", "4",
                    "--tensorboard", str(tmp_path / "tb"), "--out", str(out), str(SCRIPT),
-                   "--epochs", "2", "--save", "m.pt"]
+                   "--", "--epochs", "2", "--timeout", "9"]
 
 
 @pytest.mark.parametrize("args, words", [

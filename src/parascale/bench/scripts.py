@@ -78,7 +78,8 @@ def command_tail(params: dict[str, Any]) -> list[str]:
     run."""
     if not is_script(params):
         return []
-    return [str(params[SCRIPT]), "--", *argv_of(params.get(SCRIPT_ARGS))]
+    argv = argv_of(params.get(SCRIPT_ARGS))
+    return [str(params[SCRIPT]), *(["--", *argv] if argv else [])]
 
 
 def run_job(config: dict[str, Any], params: dict[str, Any], size: int) -> dict[str, Any]:

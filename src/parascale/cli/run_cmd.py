@@ -82,18 +82,22 @@ def checked_script(text: str) -> Path:
     return path.resolve()
 
 
-def run(args: argparse.Namespace) -> int:
-    from parascale.cli.train_cmd import process_start
-
-    command_start = process_start()
-    command = list(args.command)
+def script_and_args(command: list[str]) -> tuple[Path, list[str]]:
+    """The script and its arguments from what follows run's own options (``slurm run`` too)."""
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
         raise UsageError("give the script to run: parascale run [options] script.py [its "
                          "arguments]")
     script = checked_script(command[0])
-    argv = script_args(script, command[1:])
+    return script, script_args(script, command[1:])
+
+
+def run(args: argparse.Namespace) -> int:
+    from parascale.cli.train_cmd import process_start
+
+    command_start = process_start()
+    script, argv = script_and_args(list(args.command))
     given = config_from_args(args)
     if "out" not in given:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

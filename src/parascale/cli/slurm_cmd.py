@@ -172,9 +172,9 @@ def _check_builtin(checked) -> None:
 def script_job(args: argparse.Namespace):
     """(script text, out folder, Slurm options) for ``slurm run script.py``: the job runs
     ``parascale run`` on every task, which joins srun's world; UsageError for bad input."""
-    from parascale.bench.scripts import check_job, run_options
+    from parascale.bench.scripts import SCRIPT, SCRIPT_ARGS, check_job, command_tail, run_options
     from parascale.cli.options import config_from_args
-    from parascale.cli.run_cmd import checked_script, script_args
+    from parascale.cli.run_cmd import script_and_args
     from parascale.cluster.script import (Script, file_pattern, job_name, layout,
                                           options_from_args, render, train_flags)
     from parascale.config import TrainConfig
@@ -184,11 +184,12 @@ def script_job(args: argparse.Namespace):
 
     opts = options_from_args(args)
     check_values(args)
-    script = checked_script(args.script)
-    argv = script_args(script, list(args.args))
+    script, argv = script_and_args(list(args.command))
+    # '--' right after the script passes what follows to it as it is, Slurm's options too
+    typed = list(args.command)[list(args.command)[:1] == ["--"]:]
     slurm_names = {a for a in args.option_names.values() if a.startswith("--")}
     mistaken = next((a.partition("=")[0] for a in argv if a.partition("=")[0] in slurm_names
-                     and args.args[:1] != ["--"]), None)
+                     and typed[1:2] != ["--"]), None)
     if mistaken:
         raise UsageError(f"{mistaken} comes after {script.name}, so it would go to the script, "
                          f"not to Slurm: give it before the script, or write -- after "
@@ -212,7 +213,8 @@ def script_job(args: argparse.Namespace):
                  what=f"parascale run {script.name}, {cfg['workers']} worker(s); record in "
                  f"{out}/record.json",
                  train=[*train_flags(run_options({k: v for k, v in cfg.items() if k != "out"})),
-                        "--out", str(out), str(script), *args.args],
+                        "--out", str(out),
+                        *command_tail({SCRIPT: str(script), SCRIPT_ARGS: argv})],
                  output=file_pattern(out) + "-slurm-%j.out", nodes=nodes, tasks_per_node=per_node,
                  command="run")
     return render(job, opts), out, opts
