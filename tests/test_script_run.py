@@ -85,6 +85,20 @@ def test_a_strategy_the_api_cannot_run_is_refused_naming_why(tmp_path, capsys):
     assert "--sync zero cannot run a script" in line and "optimizer" in line
 
 
+def test_an_unknown_strategy_is_one_line(tmp_path, capsys):
+    assert "unknown --sync 'bogus'" in refused(capsys, tmp_path, "--sync", "bogus", str(SCRIPT))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_gpus_without_cuda_is_one_line(tmp_path, capsys):
+    assert "needs CUDA" in refused(capsys, tmp_path, "--gpus", "0", str(SCRIPT))
+
+
+def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    assert main(["run", "--out", "/proc/parascale-run", str(SCRIPT)]) == 2
+    assert "--out /proc/parascale-run" in one_line_error(capsys)
+
+
 def test_a_strategy_option_is_checked_before_anything_starts(tmp_path, capsys):
     line = refused(capsys, tmp_path, "--sync", "local-sgd", "--compression", "fp16",
                    str(SCRIPT))

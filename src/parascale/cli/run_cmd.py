@@ -21,9 +21,9 @@ Start N copies of your own training script (--workers N, default one per core; o
 0,1,...), each a rank of one data-parallel job, or join the world of torchrun or srun. The
 script calls parascale's small API (import parascale.script; docs/scripts.md): its steps are
 measured on every rank and rank 0 writes DIR/record.json, the same run record as 'parascale
-train', which 'report' and 'predict' read, with DIR/model.pt and DIR/log.txt. Everything after the script's path is the script's:
-parascale's own options go before it (write -- first when the script takes an option of the
-same name).
+train', which 'report' and 'predict' read, with DIR/model.pt and DIR/log.txt. Everything
+after the script's path is the script's: parascale's own options go before it (write -- after
+the script when it takes an option of the same name).
 """
 
 EXAMPLES = """\
@@ -111,8 +111,10 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
     from parascale.config import TrainConfig
     from parascale.errors import WorkerFailure
     from parascale.run_summary import busy_warning, done_lines
+    from parascale.files import check_writable_folder
     from parascale.runtime import check_oversubscription, external_launcher
-    from parascale.runtime.env import available_cores
+    from parascale.runtime import resolve_backend, resolve_device_type
+    from parascale.runtime.env import available_cores, speaks
     from parascale.script.api import refusal
     from parascale.training.preflight import threads_per_worker, world_size_for
     from parascale.validation import validate
@@ -125,6 +127,9 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
         check_writable_folder(cfg.tensorboard, "--tensorboard")
     if (why := refusal(cfg.sync)) is not None:
         raise UsageError(why)
+    resolve_backend(cfg.backend, resolve_device_type(cfg.device, cfg.gpus))  # --gpus, no CUDA
+    if speaks():
+        check_writable_folder(cfg.out)
     size = world_size_for(cfg)
     launcher = external_launcher()
     if launcher:

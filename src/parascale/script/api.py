@@ -49,8 +49,10 @@ DIRECTIONS = {"loss": False, "accuracy": True}
 
 def refusal(name: str) -> str | None:
     """One line when ``--sync name`` cannot run a script, else None."""
-    if name in STRATEGIES or name not in sync.names():
+    if name in STRATEGIES:
         return None
+    if name not in sync.names():
+        return f"unknown --sync {name!r}: a script runs under {', '.join(STRATEGIES)}"
     why = REFUSED.get(name, "it is not one the script API knows")
     return (f"--sync {name} cannot run a script: {why}; choose one of {', '.join(STRATEGIES)}")
 
