@@ -122,8 +122,6 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
     cfg = TrainConfig.from_dict(given)
     validate(cfg)
     if cfg.tensorboard:
-        from parascale.files import check_writable_folder
-
         check_writable_folder(cfg.tensorboard, "--tensorboard")
     if (why := refusal(cfg.sync)) is not None:
         raise UsageError(why)
