@@ -4,8 +4,6 @@ with TensorBoard's own reader and checked against record.json. A folder that can
 is one line, exit 2, before anything runs."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import run_training
@@ -59,19 +57,6 @@ def test_two_workers_write_the_records_figures_as_series_on_rank_0(tmp_path):
     split = record["epochs"][1]["step_split_s"]  # the step is the sum of its parts
     assert split["step"] == pytest.approx(sum(split[p] for p in ("data", "compute", "sync",
                                                                  "optimizer")))
-
-
-@pytest.mark.slow
-def test_a_study_gives_each_run_a_folder_of_its_own(tmp_path):
-    study, board = tmp_path / "study", tmp_path / "tb"
-    assert main(["bench", "--model", "mlp", "--workers", "1", "--steps", "2",
-                 "-V", "lr=0.05,0.1", "--tensorboard", str(board), "--out", str(study)]) == 0
-    runs = sorted(p.name for p in (study / "runs").iterdir())
-    assert len(runs) == 2 and sorted(p.name for p in board.iterdir()) == runs
-    for run in runs:
-        record = json.loads((study / "runs" / run / "record.json").read_text())
-        assert record["config"]["tensorboard"] == str(board / run)
-        assert_matches(series(board / run), record["epochs"])
 
 
 def test_a_studys_folder_for_series_changes_none_of_its_configurations(tmp_path, capsys):
