@@ -70,3 +70,11 @@ def test_a_studys_folder_for_series_changes_none_of_its_configurations(tmp_path,
     assert len(plans[0]) == 2 and plans[0] == plans[1]  # the same runs, in the same folders
     assert main([*study, "-P", f"tensorboard={tmp_path / 'tb'}"]) == 2
     assert "give --tensorboard DIR" in one_error_line(capsys)
+
+
+def test_a_searchs_folder_for_series_is_no_part_of_what_it_searches():
+    from parascale.hpo.study import _comparable, identity
+
+    plain = identity("accuracy", None, [], {"model": "mlp"})
+    shown = identity("accuracy", None, [], {"model": "mlp", "tensorboard": "tb/search"})
+    assert _comparable(plain) == _comparable(shown)  # resuming with --tensorboard is allowed

@@ -80,13 +80,14 @@ def _first_line(exc: BaseException, url: str) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-PATHS = ("out", "data_dir", "tensorboard")  # fixed options that are paths: compared as the folder they name
+PATHS = ("out", "data_dir")  # fixed options that are paths: compared as the folder they name
 
 
 def _comparable(ident: dict[str, Any]) -> dict[str, Any]:
     """``ident`` with its paths absolute: hpo/a/, ./hpo/a and /abs/hpo/a are one --out (an
     identity stored by an older parascale holds the path as typed)."""
     fixed = dict(ident.get("fixed") or {})
+    fixed.pop("tensorboard", None)  # where the series go is no part of what is searched
     for key in PATHS:
         if isinstance(fixed.get(key), str):
             fixed[key] = os.path.realpath(fixed[key])
