@@ -51,8 +51,10 @@ def test_what_a_scripts_job_cannot_take_is_one_line(tmp_path, capsys, args, word
 
 def test_a_study_of_a_script_on_slurm_runs_it_in_each_job(tmp_path, capsys):
     study = tmp_path / "study"
+    board = tmp_path / "tb"
     assert main(["slurm", "bench", "--script", str(SCRIPT), "--script-args=--epochs 1",
-                 "--workers", "1,2", "--baseline", "--out", str(study), "--dry-run"]) == 0
+                 "--workers", "1,2", "--baseline", "--tensorboard", str(board),
+                 "--out", str(study), "--dry-run"]) == 0
     printed = capsys.readouterr().out
     jobs = printed.split("# ---- ")[1:]
     assert len(jobs) == 3 and not study.exists()
@@ -61,4 +63,6 @@ def test_a_study_of_a_script_on_slurm_runs_it_in_each_job(tmp_path, capsys):
         ran = words[words.index("run") + 1:]
         assert ran[-4:] == [str(SCRIPT), "--", "--epochs", "1"]
         assert "--no-save-model" not in ran  # train's option, which run does not take
+        folder = ran[ran.index("--out") + 1].rsplit("/", 1)[1]  # .running/<configuration>
+        assert ran[ran.index("--tensorboard") + 1] == str(board / folder)
     assert "--sync none" in " ".join(srun_words(jobs[2]))  # the baseline: no exchange

@@ -4,9 +4,9 @@ A script's study is a train study whose runs are ``parascale run`` launches: the
 ``script`` (the file) and ``script_args`` (its arguments: one string, split as a shell would, or
 a list), and like any value they may be variables or refer to others, so that
 ``-P 'b=$(256 // ${workers})$' -P 'script_args=--batch-size ${b}'`` is a strong-scaling study
-of a script that takes its batch as an argument. Only ``parascale run``'s options apply to such runs (where
-they run, how they synchronise, how they end); the model, data, batch and length are the
-script's own, so a train option such as --epochs is refused, naming --script-args instead.
+of a script that takes its batch as an argument. Only ``parascale run``'s options apply to such
+runs (where they run, how they synchronise, how they end); the model, data, batch and length
+are the script's own, so a train option such as --epochs is refused, naming --script-args.
 """
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ failure) is filed as failed with the scheduler's reason by whoever looks next: `
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import time
@@ -47,7 +48,7 @@ def study_train(job: Job, opts: SlurmOptions) -> dict[str, Any]:
     """The train options of ``job`` as a Slurm job runs them: threads from --cpus-per-task
     unless given (the cores Slurm gives each task, not this machine's), GPUs by task rather
     than by list."""
-    train = {"save_model": False, "threads": opts.cpus_per_task, **run_train(job)}
+    train = {"save_model": False, "threads": opts.cpus_per_task, **job.train}
     if opts.gpus_per_node:
         train.pop("gpus", None)
         train["device"] = "cuda"
@@ -63,7 +64,9 @@ def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
     script = Script(
         name=job_name(f"ps-{study.name}-{job.folder}"),
         what=f"parascale study {study.name}, configuration {job.folder}: {job.label or job.folder}",
-        train=[*train_flags(study_train(job, opts)), "--out", str(staging),
+        # the study's --tensorboard DIR becomes DIR/<folder> here, once: study_train runs twice
+        train=[*train_flags(study_train(dataclasses.replace(job, train=run_train(job)), opts)),
+               "--out", str(staging),
                *scripts.command_tail(job.params)],
         command="run" if scripts.is_script(job.params) else "train",
         output=file_pattern(study / SLURM / job.folder) + "-%j.out",
