@@ -162,18 +162,19 @@ def test_both_examples_run_alone_and_the_parascale_one_under_torchrun_too(tmp_pa
 
 
 @pytest.mark.slow
-def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path, capfd):
+def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path):
     """--sync local-sgd through the API (its averages recorded), and run.save/run.load: rank
     0 writes, every rank reads back the parameters it had (the last step averaged them)."""
     from test_script_failures import write_script
 
+    from parascale.script.launch import run  # parascale run from Python, as a study calls it
+
     out = tmp_path / "run"
     checkpoint = tmp_path / "state.pt"
-    code = main(["run", "--workers", "2", "--sync", "local-sgd", "--period", "2", "--timeout",
-                 "60", "--out", str(out), str(write_script(tmp_path)), "ok", str(checkpoint)])
-    output = capfd.readouterr()
-    assert code == 0, output.out + output.err
-    record = json.loads((out / "record.json").read_text())
+    record = run({"workers": 2, "sync": "local-sgd", "period": 2, "timeout": 60.0,
+                  "out": str(out)}, write_script(tmp_path), ["ok", str(checkpoint)])
+    assert record["status"] == "ok", record["reason"]
+    assert json.loads((out / "record.json").read_text()) == record
     # 64 samples, 2 x 8 per step: 4 steps, averaged every 2nd
     assert record["config"]["sync"] == "local-sgd" and record["sync"]["averages"] == 2
     saved = torch.load(checkpoint)

@@ -251,7 +251,7 @@ class StudyRunner:
         staging.parent.mkdir(parents=True, exist_ok=True)
         config = {"save_model": False, **run_train(job), "out": str(staging)}
         try:
-            record = scripts.run_job(config, job.params, job.world_size) \
+            record = scripts.run_job(config, job.params) \
                 if scripts.is_script(job.params) else train(config)
         except KeyboardInterrupt:
             if not (staging / rec.RECORD_NAME).exists():  # nothing finished: leave no trace

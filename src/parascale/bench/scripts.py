@@ -11,7 +11,6 @@ are the script's own, so a train option such as --epochs is refused, naming --sc
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +43,9 @@ def argv_of(value: Any) -> list[str]:
 def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     """The script of a study's run, checked with the options that run gives it; UsageError
     for a train option a script does not take, a missing script or a strategy it cannot run."""
-    from parascale.cli.run_cmd import FIELDS, checked_script
+    from parascale.cli.run_cmd import FIELDS
     from parascale.script.api import refusal
+    from parascale.script.launch import checked_script
 
     foreign = sorted(set(train) - set(FIELDS) - set(_BENCH_SETS) - {"sync_options"}) + \
         sorted(train.get("sync_options") or {})  # a strategy's option parascale run lacks
@@ -82,12 +82,9 @@ def command_tail(params: dict[str, Any]) -> list[str]:
     return [str(params[SCRIPT]), *(["--", *argv] if argv else [])]
 
 
-def run_job(config: dict[str, Any], params: dict[str, Any], size: int) -> dict[str, Any]:
-    """Launch one run of the study's script on ``size`` local workers, as ``parascale run``
-    does, into ``config['out']``; its record (or a failure record)."""
-    from parascale.config import TrainConfig
-    from parascale.script.launch import launch_script
+def run_job(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """One run of the study's script, as ``parascale run`` makes it, into ``config['out']``;
+    its record (or a failure record)."""
+    from parascale.script.launch import run
 
-    cfg = TrainConfig.from_dict(config)
-    return launch_script(cfg, size, Path(params[SCRIPT]), argv_of(params.get(SCRIPT_ARGS)),
-                         ("train() call", time.time()))
+    return run(config, params[SCRIPT], argv_of(params.get(SCRIPT_ARGS)))

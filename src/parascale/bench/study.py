@@ -370,8 +370,7 @@ def run_train(job: Job) -> dict[str, Any]:
 def _script_job(run: PlannedRun, train: dict[str, Any], scaling: str | None) -> Job:
     """A run of the study's script: checked as ``parascale run`` checks its input. Its batch
     is the script's, unknown until it runs (the record then says it)."""
-    from parascale.runtime import check_oversubscription
-    from parascale.training import threads_per_worker, world_size_for
+    from parascale.script.launch import checked
 
     if scaling is not None:
         raise UsageError("--scaling sets the batch parascale trains with, and a script sets its "
@@ -381,13 +380,9 @@ def _script_job(run: PlannedRun, train: dict[str, Any], scaling: str | None) -> 
     _fit_gpus(train)
     script = scripts.check_job(train, run.params)
     try:
-        cfg = TrainConfig.from_dict(train)
+        cfg, size = checked(train)  # parascale run's own checks: devices, cores, strategy
     except (TypeError, ValueError) as exc:
         raise UsageError(f"configuration {run.config_id}: {exc}") from None
-    validate(cfg)
-    size = world_size_for(cfg)
-    check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
-                           insist=cfg.oversubscribe)
     return Job(run.config_id, run.config_id, {**run.params, scripts.SCRIPT: str(script)}, train,
                size, None, None, skip_reason=run.skip_reason,
                memory_key=_memory_key(cfg, size) + str(script))

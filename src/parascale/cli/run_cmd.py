@@ -71,19 +71,10 @@ def script_args(script: Path, args: list[str]) -> list[str]:
     return args
 
 
-def checked_script(text: str) -> Path:
-    path = Path(text)
-    if not path.is_file():
-        raise UsageError(f"no such script: {text} (give the path of a Python file, e.g. "
-                         "train.py)")
-    if path.suffix != ".py":
-        raise UsageError(f"{text} is not a Python script (.py); parascale run starts a .py "
-                         "file with its arguments")
-    return path.resolve()
-
-
 def script_and_args(command: list[str]) -> tuple[Path, list[str]]:
     """The script and its arguments from what follows run's own options (``slurm run`` too)."""
+    from parascale.script.launch import checked_script
+
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
@@ -108,37 +99,14 @@ def run(args: argparse.Namespace) -> int:
 def _launch(given: dict, script: Path, argv: list[str], command_start: float) -> int:
     import sys
 
-    from parascale.config import TrainConfig
     from parascale.errors import WorkerFailure
     from parascale.run_summary import busy_warning, done_lines
-    from parascale.files import check_writable_folder
-    from parascale.runtime import check_oversubscription, external_launcher
-    from parascale.runtime import resolve_backend, resolve_device_type
-    from parascale.runtime.env import available_cores, speaks
-    from parascale.script.api import refusal
-    from parascale.training.preflight import threads_per_worker, world_size_for
-    from parascale.validation import validate
+    from parascale.runtime import external_launcher
+    from parascale.script.launch import checked, launch_script
 
-    cfg = TrainConfig.from_dict(given)
-    validate(cfg)
-    if cfg.tensorboard:
-        check_writable_folder(cfg.tensorboard, "--tensorboard")
-    if (why := refusal(cfg.sync)) is not None:
-        raise UsageError(why)
-    resolve_backend(cfg.backend, resolve_device_type(cfg.device, cfg.gpus))  # --gpus, no CUDA
-    if speaks():
-        check_writable_folder(cfg.out)
-    size = world_size_for(cfg)
-    launcher = external_launcher()
-    if launcher:
-        if cfg.gpus is None and cfg.workers is not None and cfg.workers != size:
-            raise UsageError(f"--workers {cfg.workers} does not match the {size} processes "
-                             f"started by {launcher}; leave --workers out under a launcher")
+    cfg, size = checked(given)
+    if external_launcher():
         return _joined(cfg, script, argv)
-    check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
-                           insist=cfg.oversubscribe)
-    from parascale.script.launch import launch_script
-
     record = launch_script(cfg, size, script, argv, ("process start", command_start))
     if record["status"] != "ok":
         raise WorkerFailure(f"{record['reason']} (record: {cfg.out}/record.json)")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from parascale import record as rec
 from parascale.config import TrainConfig
-from parascale.errors import NoSpace
+from parascale.errors import NoSpace, UsageError
+from parascale.files import check_writable_folder
 from parascale.runtime import contract, launch, open_store
 from parascale.runtime.staging import produce
 from parascale.training.console import ConsoleLog
@@ -19,6 +21,56 @@ from parascale.training.launcher import _timing
 from parascale.training.preflight import threads_per_worker
 
 WORKER = "parascale.script.worker"
+
+
+def checked_script(text: str) -> Path:
+    """The script's absolute path; one line when there is no such file or it is no .py."""
+    path = Path(text)
+    if not path.is_file():
+        raise UsageError(f"no such script: {text} (give the path of a Python file, e.g. "
+                         "train.py)")
+    if path.suffix != ".py":
+        raise UsageError(f"{text} is not a Python script (.py); parascale run starts a .py "
+                         "file with its arguments")
+    return path.resolve()
+
+
+def checked(given: dict[str, Any]) -> tuple[TrainConfig, int]:
+    """The run's configuration and world size, after every check that needs no worker (one
+    line for the first thing wrong): ``parascale run``'s, and a study's over a script."""
+    from parascale.runtime import check_oversubscription, external_launcher
+    from parascale.runtime import resolve_backend, resolve_device_type
+    from parascale.runtime.env import available_cores, speaks
+    from parascale.script.api import refusal
+    from parascale.training.preflight import world_size_for
+    from parascale.validation import validate
+
+    cfg = TrainConfig.from_dict(given)
+    validate(cfg)
+    if (why := refusal(cfg.sync)) is not None:
+        raise UsageError(why)
+    resolve_backend(cfg.backend, resolve_device_type(cfg.device, cfg.gpus))  # --gpus, no CUDA
+    if cfg.out and speaks():
+        check_writable_folder(cfg.out)
+    if cfg.tensorboard and speaks():  # rank 0 writes the series
+        check_writable_folder(cfg.tensorboard, "--tensorboard")
+    size = world_size_for(cfg)
+    launcher = external_launcher()
+    if launcher and cfg.gpus is None and cfg.workers is not None and cfg.workers != size:
+        raise UsageError(f"--workers {cfg.workers} does not match the {size} processes "
+                         f"started by {launcher}; leave --workers out under a launcher")
+    if not launcher:
+        check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
+                               insist=cfg.oversubscribe)
+    return cfg, size
+
+
+def run(config: dict[str, Any], script: str | Path, argv: list[str]) -> dict[str, Any]:
+    """``parascale run`` from Python, on this machine: the record (status ok, failed or oom;
+    never raises for a worker), or :class:`UsageError` before anything starts."""
+    since = ("run() call", time.time())
+    cfg, size = checked(config)
+    return launch_script(cfg, size, checked_script(str(script)), list(argv), since)
 
 
 def launch_script(cfg: TrainConfig, size: int, script: Path, argv: list[str],
