@@ -89,3 +89,20 @@ def test_a_study_file_names_the_script_and_a_computed_batch(capsys, tmp_path):
     printed = capsys.readouterr().out
     assert "--batch-size 64" in printed and "--batch-size 32" in printed
     assert "baseline" in printed and "nothing was run or written" in printed
+
+
+def test_the_report_shows_where_the_steady_step_went_by_part(tmp_path):
+    from conftest import record
+
+    from helpers import rows_of
+    from parascale.report.tables import table
+
+    runs = [record(n, 1000.0 * n) for n in (1, 2)]
+    parts = {"data": 0.001, "compute": 0.02, "sync": 0.004, "optimizer": 0.002}
+    for run in runs[1:]:  # the 1-worker record is an older one: it timed the whole step only
+        run["steps"]["phases"].update({p: {"mean": s} for p, s in parts.items()})
+    rows = rows_of(tmp_path, runs)
+    assert rows[0].step_split_s is None and rows[1].step_split_s == (0.001, 0.02, 0.004, 0.002)
+    headers, cells = table(rows)
+    column = headers.index("data/compute/sync/opt (ms)")
+    assert [line[column] for line in cells] == ["—", "1.00 / 20.0 / 4.00 / 2.00"]
