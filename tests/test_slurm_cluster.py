@@ -80,6 +80,9 @@ def test_a_two_task_job_trains_as_one_world_under_srun(cluster, tmp_path):
     assert "#SBATCH --ntasks-per-node=2" in script  # what was submitted is the script kept
 
 
+# a study's whole life, several submissions of 2 jobs each: it ran past the
+# suite's 300 s guard once, on two cores shared with other sessions' work
+@pytest.mark.timeout(900)
 def test_a_study_is_one_job_per_configuration_and_a_cancelled_or_failed_one_is_resubmitted_alone(
         cluster, tmp_path):
     """One study through its life: submitted, one job cancelled (recorded with Slurm's reason),
