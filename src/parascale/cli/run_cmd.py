@@ -14,7 +14,7 @@ from parascale.errors import UsageError
 #: write; the rest (model, data, batch, optimizer) is the script's own business
 FIELDS = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "sync",
           "bucket_mb", "compression", "powersgd_rank", "period", "target_accuracy",
-          "target_metric", "target_value", "port", "timeout", "out")
+          "target_metric", "target_value", "port", "timeout", "out", "tensorboard")
 
 DESCRIPTION = """\
 Start N copies of your own training script (--workers N, default one per core; or --gpus
@@ -71,20 +71,24 @@ def script_args(script: Path, args: list[str]) -> list[str]:
     return args
 
 
-def run(args: argparse.Namespace) -> int:
-    from parascale.cli.train_cmd import process_start
+def script_and_args(command: list[str]) -> tuple[Path, list[str]]:
+    """The script and its arguments from what follows run's own options (``slurm run`` too)."""
+    from parascale.script.launch import checked_script
 
-    command_start = process_start()
-    command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
         raise UsageError("give the script to run: parascale run [options] script.py [its "
                          "arguments]")
-    from parascale.script.launch import checked_script
-
     script = checked_script(command[0])
-    argv = script_args(script, command[1:])
+    return script, script_args(script, command[1:])
+
+
+def run(args: argparse.Namespace) -> int:
+    from parascale.cli.train_cmd import process_start
+
+    command_start = process_start()
+    script, argv = script_and_args(list(args.command))
     given = config_from_args(args)
     if "out" not in given:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -26,6 +26,7 @@ from parascale.files import atomic_write
 from parascale.runtime import World
 from parascale.tasks.base import samples_in, to_device
 from parascale.script import shard
+from parascale.training.board import open_board
 from parascale.training.contention import CpuWatch
 from parascale.training.loop import _epoch_entry
 from parascale.training.measure import LossTally, StepClock
@@ -81,6 +82,7 @@ class Run:
         #: whether epochs are gathered into a record: not in a plain process (a world of one
         #: outside parascale run), where nothing is written and the steps alone are timed
         self.recording = world.launcher != "plain"
+        self.board = open_board(cfg.tensorboard, world.is_main)  # --tensorboard DIR
 
     # --- the model and optimizer ------------------------------------------------------------
 
@@ -185,7 +187,7 @@ class Run:
         trained = bool(self.losses._losses) or self.losses._sum != 0.0
         entry = _epoch_entry(number, epoch["steps"], self.plan, (wall, cpu_s),
                              self.losses.total(), self.world, rate, self.cpu.end_epoch(),
-                             number == 1)
+                             number == 1, self.clock.rows)
         if not trained:  # the script called loss.backward() itself: no loss was shown to us
             entry["train_loss"] = None
         entry["noise_scale"] = None
@@ -195,6 +197,8 @@ class Run:
         self.losses = LossTally(self.device)
         self.progress.rows[number] = self.clock.restart()
         self.progress.epochs.append(entry)
+        if self.board is not None:
+            self.board.epoch(entry)
 
     # --- metrics and checkpoints -------------------------------------------------------------
 
@@ -216,6 +220,8 @@ class Run:
                 entry = self.progress.epochs[-1]
                 entry[key] = float(value)
                 entry["elapsed_s"] = time.perf_counter() - self.progress.t_start
+                if self.board is not None:  # the epoch's series were written at its end
+                    self.board.epoch({k: entry[k] for k in ("epoch", key, "elapsed_s")})
             else:
                 self._pending[key] = float(value)
 
@@ -250,6 +256,8 @@ class Run:
         self.finished = True
         if self._epoch is not None:
             self._epoch_ends()
+        if self.board is not None:
+            self.board.close()
         if not self.recording:
             if self.strategy is not None:
                 self.strategy.finish()

@@ -52,6 +52,8 @@ def checked(given: dict[str, Any]) -> tuple[TrainConfig, int]:
     resolve_backend(cfg.backend, resolve_device_type(cfg.device, cfg.gpus))  # --gpus, no CUDA
     if cfg.out and speaks():
         check_writable_folder(cfg.out)
+    if cfg.tensorboard and speaks():  # rank 0 writes the series
+        check_writable_folder(cfg.tensorboard, "--tensorboard")
     size = world_size_for(cfg)
     launcher = external_launcher()
     if launcher and cfg.gpus is None and cfg.workers is not None and cfg.workers != size:
