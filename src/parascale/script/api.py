@@ -24,7 +24,7 @@ from parascale.batch import Derived, Plan
 from parascale.config import TrainConfig
 from parascale.files import atomic_write
 from parascale.runtime import World
-from parascale.tasks.base import samples_in, to_device
+from parascale.tasks.base import to_device
 from parascale.script import shard
 from parascale.training.board import open_board
 from parascale.training.contention import CpuWatch
@@ -77,6 +77,7 @@ class Run:
         self._open = False  # a step began (its batch is out) and its optimizer step is to come
         self._epoch: dict[str, Any] | None = None  # the pass over the training data under way
         self._samples = 0
+        self._steps = 0  # measured steps of the pass under way
         self._pending: dict[str, float] = {}  # metrics logged before the first epoch ended
         self.finished = False
         #: whether epochs are gathered into a record: not in a plain process (a world of one
@@ -105,33 +106,36 @@ class Run:
 
     def _take_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
-        own = optimizer.step
+        own, strategy, clock, progress = optimizer.step, self.strategy, self.clock, self.progress
+        assert strategy is not None
+        # what the strategy leaves as the base class's no-op is not called at all
+        kind = type(strategy)
+        synchronizes = kind.synchronize is not sync.Strategy.synchronize
+        acts_after = kind.after_step is not sync.Strategy.after_step
 
+        # one frame around the optimizer's own step, what it reads bound beforehand: this
+        # runs every step, and on a small model each call is a visible share of the step
         def step(*args: Any, **kwargs: Any) -> Any:
-            return self._step(own, args, kwargs)
+            timed = self._open
+            if timed:
+                clock.boundary(strategy.compute_end())
+            if synchronizes:
+                strategy.synchronize(optimizer)
+            if timed:
+                clock.boundary()
+            result = own(*args, **kwargs)
+            if timed:
+                clock.boundary()
+            progress.step += 1
+            if acts_after:
+                strategy.after_step(progress.step)
+            if timed:
+                clock.stop()
+                self._open = False
+                self._steps += 1
+            return result
 
         optimizer.step = step  # type: ignore[method-assign]
-
-    def _step(self, own: Any, args: tuple, kwargs: dict) -> Any:
-        strategy, clock = self.strategy, self.clock
-        assert strategy is not None and self.optimizer is not None
-        timed = self._open
-        if timed:
-            clock.boundary(strategy.compute_end())
-        strategy.synchronize(self.optimizer)
-        if timed:
-            clock.boundary()
-        result = own(*args, **kwargs)
-        if timed:
-            clock.boundary()
-        self.progress.step += 1
-        strategy.after_step(self.progress.step)
-        if timed:
-            clock.stop()
-            self._open = False
-            if self._epoch is not None:
-                self._epoch["steps"] += 1
-        return result
 
     def backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, and the loss kept for the epoch's training loss."""
@@ -168,16 +172,18 @@ class Run:
                 self.cpu.start_window()
         if self.recording:
             self.cpu.start_epoch()
-        self._epoch = {"t0": now, "cpu0": time.process_time(), "steps": 0}
+        self._epoch = {"t0": now, "cpu0": time.process_time()}
+        self._steps = 0
 
     def _epoch_ends(self) -> None:
         """Collective: the epoch's record entry, from every rank's figures."""
         epoch, self._epoch = self._epoch, None
+        steps = self._steps
         if not self.recording:
             self.clock.restart()
             self.losses = LossTally(self.device)
             return
-        if epoch is None or epoch["steps"] == 0 or self.plan is None:
+        if epoch is None or steps == 0 or self.plan is None:
             return
         wall = time.perf_counter() - epoch["t0"]
         cpu_s = time.process_time() - epoch["cpu0"]
@@ -185,7 +191,7 @@ class Run:
         number = len(self.progress.epochs) + 1
         rate = self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else 0.0
         trained = bool(self.losses._losses) or self.losses._sum != 0.0
-        entry = _epoch_entry(number, epoch["steps"], self.plan, (wall, cpu_s),
+        entry = _epoch_entry(number, steps, self.plan, (wall, cpu_s),
                              self.losses.total(), self.world, rate, self.cpu.end_epoch(),
                              number == 1, self.clock.rows)
         if not trained:  # the script called loss.backward() itself: no loss was shown to us
@@ -288,6 +294,9 @@ class _Steps:
         run, clock = self.run, self.run.clock
         cpu = run.device.type == "cpu"
         run._epoch_begins()
+        # every batch is the sampler's per_device samples (TrainBatches drops the incomplete
+        # last one): the loss's weight needs no look into the batch
+        run._samples = self.batch_size
         batches = iter(self.loader)
         while True:
             clock.start()
@@ -297,7 +306,6 @@ class _Steps:
                 break
             if not cpu:
                 batch = to_device(batch, run.device)
-            run._samples = samples_in(batch)
             clock.mark()
             run._open = True
             yield batch

@@ -35,10 +35,15 @@ class CpuWatch:
         self.reader = local_rank == 0
         self.key = float(zlib.crc32(host.encode()))  # exact in a float64: groups ranks by host
         self._own_cpu = machine.OwnCpu()
+        self._launcher = machine.ProcessCpu(os.getppid())
 
     def _own(self) -> float:
         own = self._own_cpu()
-        return own + machine.cpu_s(os.getppid()) if self.reader else own
+        if not self.reader:
+            return own
+        if self._launcher.pid != os.getppid():  # the launcher died: this rank was re-parented
+            self._launcher = machine.ProcessCpu(os.getppid())
+        return own + self._launcher()
 
     def _counters(self) -> tuple[float, float, float]:
         if not self.reader:

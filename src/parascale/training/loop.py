@@ -373,27 +373,35 @@ def _epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],
     (``rows``: this rank's step rows of the epoch; every rank gives them, or none does)."""
     epoch_time, cpu_time = times
     samples = steps * plan.derived.global_batch
-    totals = torch.stack([loss_sum, torch.tensor(float(samples) / world.size,
-                                                 dtype=torch.float64, device=loss_sum.device)])
-    dist.all_reduce(totals)
-    # the step split rides in the gather the epoch makes anyway: no collective of its own
+    # the step split and the loss ride in the gather the epoch makes anyway: one collective,
+    # and none in a world of one (every figure is then this rank's own)
     sums = [sum(column) for column in zip(*rows)] if rows else [0.0] * (len(PHASES) + 1)
-    mine = torch.tensor([epoch_time, cpu_time, len(rows), *sums, *cpu], dtype=torch.float64,
-                        device=loss_sum.device)
-    gathered = [torch.zeros_like(mine) for _ in range(world.size)]
-    dist.all_gather(gathered, mine)
-    per_rank = [float(g[0]) for g in gathered]
+    figures = [epoch_time, cpu_time, len(rows), *sums, *cpu]
+    if world.size == 1:
+        loss_total = float(loss_sum)
+        gathered = [figures]
+    else:
+        mine = torch.cat([loss_sum.reshape(1), torch.tensor(
+            figures, dtype=torch.float64, device=loss_sum.device)])
+        parts = [torch.zeros_like(mine) for _ in range(world.size)]
+        dist.all_gather(parts, mine)
+        rows_of = [part.tolist() for part in parts]
+        loss_total = 0.0
+        for row in rows_of:  # in rank order: the same sum on every rank
+            loss_total += row[0]
+        gathered = [row[1:] for row in rows_of]
+    per_rank = [g[0] for g in gathered]
     first_cpu = 3 + len(sums)
-    other, steal = epoch_load([g[first_cpu:].tolist() for g in gathered])
-    counted = sum(float(g[2]) for g in gathered)
-    split = {part: sum(float(g[3 + i]) for g in gathered) / counted
+    other, steal = epoch_load([g[first_cpu:] for g in gathered])
+    counted = sum(g[2] for g in gathered)
+    split = {part: sum(g[3 + i] for g in gathered) / counted
              for i, part in enumerate((*PHASES, "step"))} if counted else None
-    train_loss = float(totals[0] / totals[1])  # finite: every step's loss was checked
+    train_loss = loss_total / samples  # finite: every step's loss was checked
     wall = max(per_rank)
     return {"epoch": epoch, "warmup": warmup, "steps": steps,
             "partial": steps < plan.steps_per_epoch, "wall_time_s": wall,
             "wall_time_s_per_rank": per_rank,
-            "cpu_time_s_per_rank": [float(g[1]) for g in gathered], "samples": samples,
+            "cpu_time_s_per_rank": [g[1] for g in gathered], "samples": samples,
             "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
             "test_loss": None, "test_accuracy": None, "lr": rate,
             "other_cores": other, "steal_cores": steal, STEP_SPLIT: split}

@@ -36,9 +36,10 @@ class StepClock:
         self._t0 = time.perf_counter()
 
     def mark(self) -> None:
-        """End of the data phase; device phases start here."""
-        self._marks = [time.perf_counter() - self._t0]
-        self._events = [self._event()] if self.cuda else [time.perf_counter()]
+        """End of the data phase; device phases start here (on the CPU, at the same stamp)."""
+        now = time.perf_counter()
+        self._data = now - self._t0
+        self._events = [self._event()] if self.cuda else [now]
 
     def boundary(self, at=None) -> None:
         """A phase ends now, or ``at`` (a perf_counter value, or a CUDA event on CUDA)."""
@@ -48,7 +49,7 @@ class StepClock:
 
     def stop(self) -> None:
         self.boundary()
-        self._pending.append((self._marks[0], self._events))
+        self._pending.append((self._data, self._events))
 
     def _event(self):
         event = torch.cuda.Event(enable_timing=True)
@@ -61,11 +62,13 @@ class StepClock:
             self._pending[-1][1][-1].synchronize()
         for data, events in self._pending:
             if self.cuda:
-                parts = [a.elapsed_time(b) / 1000 for a, b in zip(events, events[1:])]
-            else:
-                parts = [b - a for a, b in zip(events, events[1:])]
-            compute, sync, optimizer, after = parts
-            self.rows.append([data, compute, sync + after, optimizer, data + sum(parts)])
+                compute, sync, optimizer, after = (a.elapsed_time(b) / 1000
+                                                   for a, b in zip(events, events[1:]))
+            else:  # unpacked, not zipped: this runs for every step of the epoch
+                t0, t1, t2, t3, t4 = events
+                compute, sync, optimizer, after = t1 - t0, t2 - t1, t3 - t2, t4 - t3
+            self.rows.append([data, compute, sync + after, optimizer,
+                              data + (compute + sync + optimizer + after)])
         self._pending = []
 
     def restart(self) -> list[list[float]]:
@@ -96,10 +99,11 @@ class LossTally:
     def total(self) -> torch.Tensor:
         """The sum so far, as a float64 scalar on the device."""
         if self._losses:
-            weighted = torch.stack(self._losses).double() * torch.tensor(
-                self._samples, dtype=torch.float64, device=self._losses[0].device)
-            for value in weighted.tolist():  # one at a time: the running sum's rounding
-                self._sum += value
+            # one copy to the host; each float64 product and sum in Python is the one the
+            # tensors would make (IEEE), one at a time: the running sum's rounding
+            for value, samples in zip(torch.stack(self._losses).double().tolist(),
+                                      self._samples):
+                self._sum += value * samples
             self._losses, self._samples = [], []
         return torch.tensor(self._sum, dtype=torch.float64, device=self.device)
 
