@@ -11,7 +11,10 @@ alike; each epoch's throughput is samples over its wall time, and, since on a sh
 one lost time slice moves a 0.1 s epoch by a tenth, also over its process CPU time. The figures
 are B / A and C / A: the median epoch's throughput ratio, and the best epochs' (other processes
 can only slow an epoch down). The goal is at least 0.97. A digits epoch is 44 steps of about
-0.1 ms: the per-epoch costs weigh here as they never do on a real epoch.
+0.5 ms: the per-epoch costs weigh here as they never do on a real epoch. Like with like: the
+run stops if the sides' epochs step through different numbers of samples; and it counts the
+profiler ranges (``record_function``) each side opens per step, to show that the API opens
+none of its own beside the DataLoader's and the optimizer's.
 
     .venv/bin/python benchmarks/script_api.py [--rounds 20] [--batch 32]
 """
@@ -52,6 +55,47 @@ def epoch(loader, model, optimizer, backward) -> tuple[float, float, int]:
     return time.perf_counter() - wall, time.process_time() - cpu, samples
 
 
+PHASES = ("next batch", "zero_grad", "forward", "backward", "optimizer step")
+
+
+def phased_epoch(loader, model, optimizer, backward, steps: list, ends: list) -> None:
+    """One pass, each call of the loop timed on its own (wall): where a side's extra time goes.
+    The pass's first batch (the sampler's permutation; the API's epoch start) and the call
+    that ends it (the API's epoch entry) are kept apart from the steps."""
+    clock = time.perf_counter
+    t0 = clock()
+    batches = iter(loader)
+    x, y = next(batches)
+    first = clock() - t0
+    while True:
+        t1 = clock()
+        optimizer.zero_grad()
+        t2 = clock()
+        loss = nn.functional.cross_entropy(model(x), y)
+        t3 = clock()
+        backward(loss)
+        t4 = clock()
+        optimizer.step()
+        t5 = clock()
+        try:
+            x, y = next(batches)
+        except StopIteration:
+            ends.append((first, clock() - t5))
+            return
+        steps.append((clock() - t5, t2 - t1, t3 - t2, t4 - t3, t5 - t4))
+
+
+def ranges_per_step(side) -> float:
+    """The record_function ranges one epoch opens (torch's DataLoader and optimizer open one
+    per call each), per step: whether the API adds any of its own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _, _, samples = epoch(*side)
+    opened = sum(1 for e in prof.events() if e.is_user_annotation)
+    return opened / (samples // side[0].batch_size)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=21, help="rounds of one epoch each")
@@ -78,7 +122,12 @@ def main() -> None:
             rows[name].append(epoch(*sides[name]))
     wall = {k: [n / w for w, _, n in v] for k, v in rows.items()}
     cpu = {k: [n / c for _, c, n in v] for k, v in rows.items()}
-    steps = rows["A"][0][2] // args.batch
+    # like with like: every side's epochs step through the same samples (A's drop_last, the
+    # shard's dropped incomplete global batch)
+    samples = {n for v in rows.values() for _, _, n in v}
+    if len(samples) != 1:
+        sys.exit(f"the sides' epochs differ in samples ({sorted(samples)}): not comparable")
+    steps = samples.pop() // args.batch
     print(f"script API overhead: MLP on digits, batch {args.batch}, {steps} steps per epoch, "
           f"{args.rounds} rounds ABC/BCA/CAB, 1 thread, torch {torch.__version__}, "
           f"{platform.processor() or platform.machine()}")
@@ -93,6 +142,25 @@ def main() -> None:
         per_step = [(rk[1] - ra[1]) / steps * 1e6 for ra, rk in zip(rows["A"], rows[k])]
         print(f"  CPU time the API adds per step, {what}: "
               f"{statistics.median(per_step):.1f} us (median of rounds)")
+    # where it goes: the same rounds again, each call of the loop timed (wall, median)
+    calls: dict[str, list] = {k: [] for k in sides}
+    ends: dict[str, list] = {k: [] for k in sides}
+    for r in range(args.rounds):
+        for name in ("ABC", "BCA", "CAB")[r % 3]:
+            phased_epoch(*sides[name], calls[name], ends[name])
+    print("  where, per call (wall us, median; B and C as the difference from A):")
+    for i, phase in enumerate(PHASES):
+        a = statistics.median(c[i] for c in calls["A"]) * 1e6
+        print(f"    {phase:14s} A {a:7.1f}" + "".join(
+            f"  {k} {statistics.median(c[i] for c in calls[k]) * 1e6 - a:+6.1f}" for k in "BC"))
+    for i, phase in enumerate(("epoch start", "epoch end")):
+        a = statistics.median(e[i] for e in ends["A"]) * 1e6
+        print(f"    {phase:14s} A {a:7.1f}" + "".join(
+            f"  {k} {statistics.median(e[i] for e in ends[k]) * 1e6 - a:+6.1f}" for k in "BC"))
+    ranges = {name: ranges_per_step(side) for name, side in sides.items()}
+    print("  profiler ranges opened per step (torch.profiler, one epoch): " + "; ".join(
+        f"{what} {ranges[k]:.2f}" for k, what in (("A", "plain"), ("B", "recording"),
+                                                   ("C", "plain process"))))
     recording.finished = alone.finished = True  # nothing to record: this is the measurement
 
 
