@@ -73,10 +73,22 @@ def one_node(nodes, model: str, steps: int, out: Path) -> dict:
     return json.loads((out / "record.json").read_text())
 
 
+def medians(comm: Path) -> Path:
+    """A copy of the comm record without its means: the link as fitted before mean_s."""
+    data = json.loads((comm / "comm.json").read_text())
+    for row in data["results"]:
+        row.pop("mean_s", None)
+    out = comm.with_name(comm.name + "-median")
+    out.mkdir(exist_ok=True)
+    (out / "comm.json").write_text(json.dumps(data))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--caps", default="100,1000,0", help="Mbit/s per link, 0 uncapped")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--keep", help="copy the records made into this folder")
     args = parser.parse_args()
     tool = nodes_tool()
     why = tool.unavailable()
@@ -87,8 +99,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="parascale-multinode-"))
     lines = ["| link cap | model | gradient | comm: 16 MB allreduce | step predicted | "
              "step measured | E predicted | E measured | error | compute 1 node / 2 nodes | "
-             "wait predicted (σ before) / measured | exchange predicted / measured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "wait predicted (σ before) / measured | work per rank | exchange predicted "
+             "(median fit) / measured |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # SIGTERM (Ctrl-C's sibling) must reach the finally below, which removes the nodes
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     nodes = tool.Nodes.up(2)
@@ -127,16 +140,24 @@ def main() -> int:
                 # rank's), so that the sync splits into waiting and exchanging as measured
                 waited = (two["steps"].get("work") or {}).get("wait_s") or 0.0
                 before = pred.model.spread_s * expected_max(2)  # the σ-from-p50/p95 wait
+                median = predict.predict(predict.Options(
+                    sources=[str(work / f"one-{model}-{cap:g}")], comm=str(medians(comm)),
+                    workers=(1, 2), scaling="weak")).curves["weak"][1].exposed_s
+                ranks = " / ".join(f"{1e3 * (r.get('work_mean_s') or 0):.1f}"
+                                   for r in two["steps"]["per_rank"])
                 lines.append(
                     f"| {label} | {model} | {grad:.1f} MB | {big['time_s'] * 1e3:.1f} ms | "
                     f"{at2.step_s * 1e3:.1f} ms | {step2 * 1e3:.1f} ms | {at2.efficiency:.1%} | "
                     f"{measured:.1%} | {100 * (at2.efficiency - measured):+.1f} pp | "
                     f"{compute[0]:.1f} / {compute[1]:.1f} ms | {at2.wait_s * 1e3:.1f} "
-                    f"({before * 1e3:.1f}) / {waited * 1e3:.1f} ms | "
-                    f"{at2.exposed_s * 1e3:.1f} / {(sync - waited) * 1e3:.1f} ms |")
+                    f"({before * 1e3:.1f}) / {waited * 1e3:.1f} ms | {ranks} ms | "
+                    f"{at2.exposed_s * 1e3:.1f} ({median * 1e3:.1f}) / "
+                    f"{(sync - waited) * 1e3:.1f} ms |")
                 print(lines[-1], flush=True)
     finally:
         nodes.down()
+        if args.keep:
+            shutil.copytree(work, args.keep, dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(lines))
     return 0

@@ -83,9 +83,10 @@ def test_step_summary_pools_every_rank_and_keeps_each_rank_apart():
     assert summary["phases"]["data"]["max"] == 3.0
     # rank 0 alone: 10 and 20, p95 at index 0.95 = 10 + 0.95·10; a rank without steps has none
     assert summary["per_rank"] == [
-        {"rank": 0, "steps": 2, "step_p50_s": 15.0, "step_p95_s": pytest.approx(19.5)},
-        {"rank": 1, "steps": 1, "step_p50_s": 30.0, "step_p95_s": 30.0},
-        {"rank": 2, "steps": 0, "step_p50_s": None, "step_p95_s": None}]
+        {"rank": 0, "steps": 2, "step_p50_s": 15.0, "step_p95_s": pytest.approx(19.5),
+         "work_mean_s": 11.0},  # steps less sync: 7 and 15
+        {"rank": 1, "steps": 1, "step_p50_s": 30.0, "step_p95_s": 30.0, "work_mean_s": 29.0},
+        {"rank": 2, "steps": 0, "step_p50_s": None, "step_p95_s": None, "work_mean_s": None}]
 
 
 def test_step_summary_of_no_steps_has_no_figures():

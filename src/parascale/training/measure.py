@@ -167,9 +167,13 @@ def step_summary(rows_per_rank: list[list[list[float]]], excluded: str) -> dict:
     for rank, rows in enumerate(rows_per_rank):
         steps = [row[-1] for row in rows]
         summary = stats(steps)
+        # work (step − sync) apart per rank: a rank steadily slower than the others makes
+        # them all wait, which no pooled figure shows
+        work = [row[-1] - row[2] for row in rows]
         per_rank.append({"rank": rank, "steps": len(steps),
                          "step_p50_s": summary and summary["p50"],
-                         "step_p95_s": summary and summary["p95"]})
+                         "step_p95_s": summary and summary["p95"],
+                         "work_mean_s": float(np.mean(work)) if work else None})
     return {"count": len(all_rows), "excluded": excluded, "phases": phases,
             "per_rank": per_rank, "work": work_summary(rows_per_rank)}
 
