@@ -4,11 +4,15 @@ recorded in benchmarks/RESULTS-multinode.md. Needs root.
 
 Per cap: ``parascale comm`` across the two nodes (torchrun, 1 worker a node) measures the link;
 per model, a 2-node training run (torchrun) is measured, and ``predict`` (weak scaling, N=2)
-is made from a 1-worker record taken on node0 alone just before (same load from the rest of
-the machine) and that cap's comm record. Models: smallcnn (0.6 MB of gradient) and
-benchmarks/multinode_models.py's wide_mlp (16.6 MB).
+is made from two 1-worker records taken on node0 alone just before and just after it (A B A:
+a drift in the rest of the machine's load meets both sides alike) and that cap's comm record.
+Models: smallcnn (0.6 MB of gradient) and benchmarks/multinode_models.py's wide_mlp (16.6 MB).
+Besides the error, each row splits the 2-node run's sync into its measured wait (record
+``steps.work.wait_s``) and exchange, beside the model's terms, and gives the error that is
+left on the 2-node run's own work (the model's wait and exchange terms alone).
 
-    sudo .venv/bin/python benchmarks/multinode_predict.py [--caps 100,1000,0] [--steps 30]
+    sudo .venv/bin/python benchmarks/multinode_predict.py [--caps 100,1000,0] [--steps 30] \
+        [--keep DIR]
 """
 from __future__ import annotations
 
@@ -18,12 +22,14 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from parascale import predict
+from parascale.predict import wait
 from parascale.predict.model import expected_max
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,10 +104,12 @@ def main() -> int:
     caps = [float(c) for c in args.caps.split(",")]
     work = Path(tempfile.mkdtemp(prefix="parascale-multinode-"))
     lines = ["| link cap | model | gradient | comm: 16 MB allreduce | step predicted | "
-             "step measured | E predicted | E measured | error | compute 1 node / 2 nodes | "
-             "wait predicted (σ before) / measured | work per rank | exchange predicted "
+             "step measured | E predicted | E measured | error | error on the 2-node work | "
+             "compute 1 node / 2 nodes | "
+             "wait predicted (σ before) / on the 2-node work / measured | work per rank | "
+             "exchange predicted "
              "(median fit) / measured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # SIGTERM (Ctrl-C's sibling) must reach the finally below, which removes the nodes
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     nodes = tool.Nodes.up(2)
@@ -118,30 +126,43 @@ def main() -> int:
             for model in MODELS:
                 # the 1-node record right before the 2-node run, so that both meet the same
                 # load from the rest of the machine (its link plays no part)
-                print(f"{label}: 1 node, then 2 nodes, {model} ...", file=sys.stderr, flush=True)
-                one = one_node(nodes, model, args.steps, work / f"one-{model}-{cap:g}")
+                # and once more right after it (A B A): predict takes the two 1-node records'
+                # median compute, their mean, so that a drift in load meets both sides alike
+                print(f"{label}: 1 node, 2 nodes, 1 node, {model} ...", file=sys.stderr,
+                      flush=True)
+                sides = [work / f"one-{model}-{cap:g}-{k}" for k in "ab"]
+                ones = [one_node(nodes, model, args.steps, sides[0])]
                 out = work / f"two-{model}-{cap:g}"
                 on_nodes(nodes, train_args(model, args.steps, out))
+                ones.append(one_node(nodes, model, args.steps, sides[1]))
                 two = json.loads((out / "record.json").read_text())
                 pred = predict.predict(predict.Options(
-                    sources=[str(work / f"one-{model}-{cap:g}")], comm=str(comm),
-                    workers=(1, 2), scaling="weak"))
+                    sources=[str(s) for s in sides], comm=str(comm), workers=(1, 2),
+                    scaling="weak"))
                 at2 = pred.curves["weak"][1]
-                x1 = one["summary"]["steady_throughput"]
+                # the 1-node throughput over both runs: the mean step time's
+                x1 = 2 / sum(1 / r["summary"]["steady_throughput"] for r in ones)
                 x2 = two["summary"]["steady_throughput"]
                 measured = x2 / (2 * x1)
                 step2 = two["steps"]["phases"]["step"]["mean"]
-                compute = [1e3 * (r["steps"]["phases"]["compute"]["mean"]
-                                  + r["steps"]["phases"]["data"]["mean"])
-                           for r in (one, two)]
+                compute = [1e3 * statistics.fmean(r["steps"]["phases"]["compute"]["mean"]
+                                                  + r["steps"]["phases"]["data"]["mean"]
+                                                  for r in rs) for rs in (ones, [two])]
+                # the model's own terms (wait + exchange) on the 2-node run's measured work:
+                # what is left of the error once the inputs' drift in compute is taken out
+                own = two["steps"]["work"]["mean"] + at2.wait_s + at2.exposed_s
+                terms = measured * step2 / own - measured
                 grad = pred.model.gradient_bytes / 1e6
                 sync = two["steps"]["phases"]["sync"]["mean"]
                 # the 2-node record's own wait (per step, the slower rank's work less each
                 # rank's), so that the sync splits into waiting and exchanging as measured
                 waited = (two["steps"].get("work") or {}).get("wait_s") or 0.0
                 before = pred.model.spread_s * expected_max(2)  # the σ-from-p50/p95 wait
+                # the same formula on the 2-node run's own work: is it the formula or its input?
+                own_wait = wait.wait(wait.centred(two["steps"]["work"]["quantiles"]),
+                                     two["steps"]["count"], 2)
                 median = predict.predict(predict.Options(
-                    sources=[str(work / f"one-{model}-{cap:g}")], comm=str(medians(comm)),
+                    sources=[str(s) for s in sides], comm=str(medians(comm)),
                     workers=(1, 2), scaling="weak")).curves["weak"][1].exposed_s
                 ranks = " / ".join(f"{1e3 * (r.get('work_mean_s') or 0):.1f}"
                                    for r in two["steps"]["per_rank"])
@@ -149,8 +170,10 @@ def main() -> int:
                     f"| {label} | {model} | {grad:.1f} MB | {big['time_s'] * 1e3:.1f} ms | "
                     f"{at2.step_s * 1e3:.1f} ms | {step2 * 1e3:.1f} ms | {at2.efficiency:.1%} | "
                     f"{measured:.1%} | {100 * (at2.efficiency - measured):+.1f} pp | "
+                    f"{100 * terms:+.1f} pp | "
                     f"{compute[0]:.1f} / {compute[1]:.1f} ms | {at2.wait_s * 1e3:.1f} "
-                    f"({before * 1e3:.1f}) / {waited * 1e3:.1f} ms | {ranks} ms | "
+                    f"({before * 1e3:.1f}) / {own_wait * 1e3:.1f} / {waited * 1e3:.1f} ms | "
+                    f"{ranks} ms | "
                     f"{at2.exposed_s * 1e3:.1f} ({median * 1e3:.1f}) / "
                     f"{(sync - waited) * 1e3:.1f} ms |")
                 print(lines[-1], flush=True)
