@@ -79,6 +79,15 @@ def one_node(nodes, model: str, steps: int, out: Path) -> dict:
     return json.loads((out / "record.json").read_text())
 
 
+def as_baseline(folder: Path) -> None:
+    """Mark a --sync none record as a contention baseline, as bench marks its own, so that
+    predict takes its compute as the compute at N = 2."""
+    path = folder / "record.json"
+    data = json.loads(path.read_text())
+    data["study"] = {**(data.get("study") or {}), "baseline": True}
+    path.write_text(json.dumps(data))
+
+
 def medians(comm: Path) -> Path:
     """A copy of the comm record without its means: the link as fitted before mean_s."""
     data = json.loads((comm / "comm.json").read_text())
@@ -105,11 +114,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="parascale-multinode-"))
     lines = ["| link cap | model | gradient | comm: 16 MB allreduce | step predicted | "
              "step measured | E predicted | E measured | error | error on the 2-node work | "
-             "compute 1 node / 2 nodes | "
+             "E predicted with the 2-node baseline (error) | "
+             "compute 1 node / 2 nodes / 2-node baseline | "
              "wait predicted (σ before) / on the 2-node work / measured | work per rank | "
              "exchange predicted "
              "(median fit) / measured |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # SIGTERM (Ctrl-C's sibling) must reach the finally below, which removes the nodes
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     nodes = tool.Nodes.up(2)
@@ -134,12 +144,22 @@ def main() -> int:
                 ones = [one_node(nodes, model, args.steps, sides[0])]
                 out = work / f"two-{model}-{cap:g}"
                 on_nodes(nodes, train_args(model, args.steps, out))
+                # the same two nodes with the exchange left out: what the two processes'
+                # compute is when they share this machine (bench --baseline's contention run)
+                base = work / f"base-{model}-{cap:g}"
+                on_nodes(nodes, [*train_args(model, args.steps, base), "--sync", "none"])
+                as_baseline(base)
                 ones.append(one_node(nodes, model, args.steps, sides[1]))
                 two = json.loads((out / "record.json").read_text())
                 pred = predict.predict(predict.Options(
                     sources=[str(s) for s in sides], comm=str(comm), workers=(1, 2),
                     scaling="weak"))
                 at2 = pred.curves["weak"][1]
+                with_base = predict.predict(predict.Options(
+                    sources=[*map(str, sides), str(base)], comm=str(comm), workers=(1, 2),
+                    scaling="weak")).curves["weak"][1].efficiency
+                base_compute = 1e3 * (json.loads((base / "record.json").read_text())
+                                      ["steps"]["phases"]["compute"]["mean"])
                 # the 1-node throughput over both runs: the mean step time's
                 x1 = 2 / sum(1 / r["summary"]["steady_throughput"] for r in ones)
                 x2 = two["summary"]["steady_throughput"]
@@ -170,8 +190,10 @@ def main() -> int:
                     f"| {label} | {model} | {grad:.1f} MB | {big['time_s'] * 1e3:.1f} ms | "
                     f"{at2.step_s * 1e3:.1f} ms | {step2 * 1e3:.1f} ms | {at2.efficiency:.1%} | "
                     f"{measured:.1%} | {100 * (at2.efficiency - measured):+.1f} pp | "
-                    f"{100 * terms:+.1f} pp | "
-                    f"{compute[0]:.1f} / {compute[1]:.1f} ms | {at2.wait_s * 1e3:.1f} "
+                    f"{100 * terms:+.1f} pp | {with_base:.1%} ({100 * (with_base - measured):+.1f}"
+                    " pp) | "
+                    f"{compute[0]:.1f} / {compute[1]:.1f} / {base_compute:.1f} ms | "
+                    f"{at2.wait_s * 1e3:.1f} "
                     f"({before * 1e3:.1f}) / {own_wait * 1e3:.1f} / {waited * 1e3:.1f} ms | "
                     f"{ranks} ms | "
                     f"{at2.exposed_s * 1e3:.1f} ({median * 1e3:.1f}) / "
