@@ -7,6 +7,8 @@ per model, a 2-node training run (torchrun) is measured, and ``predict`` (weak s
 is made from two 1-worker records taken on node0 alone just before and just after it (A B A:
 a drift in the rest of the machine's load meets both sides alike) and that cap's comm record.
 Models: smallcnn (0.6 MB of gradient) and benchmarks/multinode_models.py's wide_mlp (16.6 MB).
+After the 2-node run, the same two nodes train with ``--sync none`` (the contention baseline at
+N = 2, marked as bench marks its own), and predict is made again with it.
 Besides the error, each row splits the 2-node run's sync into its measured wait (record
 ``steps.work.wait_s``) and exchange, beside the model's terms, and gives the error that is
 left on the 2-node run's own work (the model's wait and exchange terms alone).
