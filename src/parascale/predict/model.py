@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
 from typing import Any
 
 from parascale.predict import costs
+from parascale.predict import wait
 from parascale.predict.interconnect import Link
+from parascale.predict.wait import expected_max
 
 MODES = ("weak", "strong")
 
@@ -137,8 +138,6 @@ class Model:
 
     def wait(self, n: int) -> float:
         if self.work_shape:
-            from parascale.predict import wait  # it builds on expected_max below
-
             return wait.wait(self.work_shape, self.work_samples, n) / \
                 math.sqrt(self.strategy.every)
         if n <= 1 or self.spread_s <= 0:
@@ -192,13 +191,6 @@ class Model:
             return [self.point(mode, n, batch, batch) for n in workers]
         total = global_batch or batch
         return [self.point(mode, n, total / n, total) for n in workers if total / n >= 1]
-
-
-def expected_max(n: int) -> float:
-    """E[max of n standard normals], Blom's approximation (0 for n = 1)."""
-    if n <= 1:
-        return 0.0
-    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def overlap_from(measured_exposed_s: float, comm_s: float, compute_s: float) -> float:

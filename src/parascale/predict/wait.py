@@ -17,8 +17,14 @@ largest one seen.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import NormalDist
 
-from parascale.predict.model import expected_max
+
+def expected_max(n: int) -> float:
+    """E[max of n standard normals], Blom's approximation (0 for n = 1)."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def expected_max_of(quantiles: Sequence[float], n: int) -> float:
