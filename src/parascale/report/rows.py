@@ -147,6 +147,10 @@ class Row:
     flops_per_step: float | None = None
     mfu: float | None = None  # median over the runs
     mfu_measured_peak: bool = False  # a CPU's peak, measured by a matrix multiply
+    # memory per device: every rank's peak (median over the runs, rank by rank) and what rank 0
+    # held by category (record's memory.split_per_rank; medians): parameters, gradients, ...
+    peak_per_rank: tuple[float, ...] = ()
+    memory_split: dict[str, float] | None = None
 
     @property
     def per_device_throughput(self) -> float:
@@ -370,6 +374,7 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
         flops_per_step=_median(_num(r, "summary", "flops_per_step") for r in runs),
         mfu=_median(_num(r, "summary", "mfu") for r in runs),
         mfu_measured_peak=runs[0].get("flops", "peak_measured") is True,
+        peak_per_rank=_peaks_by_rank(runs), memory_split=_split(runs),
     )
 
 
@@ -387,6 +392,38 @@ def _peak(record: RunRecord) -> float | None:
     peaks = [p for p in record.get("memory", "peak_bytes_per_rank", default=[])
              if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0]
     return float(max(peaks)) if peaks else None
+
+
+#: the categories of a record's memory.split_per_rank, in the order plots stack them
+SPLIT = ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes")
+
+
+def _peaks_by_rank(runs: list[RunRecord]) -> tuple[float, ...]:
+    """Each rank's peak, the median over the runs that recorded every rank's."""
+    lists = [r.get("memory", "peak_bytes_per_rank", default=[]) for r in runs]
+    lists = [p for p in lists if isinstance(p, list) and p
+             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                     for v in p)]
+    if not lists:
+        return ()
+    width = min(len(p) for p in lists)
+    return tuple(float(median(p[i] for p in lists)) for i in range(width))
+
+
+def _split(runs: list[RunRecord]) -> dict[str, float] | None:
+    """Rank 0's memory split by category (medians over the runs that have one), or None."""
+    found = []
+    for r in runs:
+        split = r.get("memory", "split_per_rank", default=None)
+        first = split[0] if isinstance(split, list) and split else None
+        if isinstance(first, dict):  # activations are None where they were not counted
+            first = {**first, SPLIT[-1]: first.get(SPLIT[-1]) or 0}
+            if all(isinstance(first.get(k), (int, float)) and not isinstance(first.get(k), bool)
+                   and first[k] >= 0 for k in SPLIT):
+                found.append(first)
+    if not found:
+        return None
+    return {k: float(median(s[k] for s in found)) for k in SPLIT}
 
 
 def _infer_mode(by_n: dict[int, list[RunRecord]]) -> str | None:
