@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 import re
+from typing import Any
 
 from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
 from parascale.batchfind.sharded import SYNCS
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         table.append({"devices": n, "global_batch": n * best.batch, "lr": lr})
         print(f"  {n:>7}  {n * best.batch:>12}  {lr:g}")
     if args.out:
-        what = {"task": cfg.task} if cfg.task else {"model": cfg.model, "dataset": cfg.dataset}
+        what: dict[str, Any] = {"task": cfg.task} if cfg.task else \
+            {"model": cfg.model, "dataset": cfg.dataset}
         if workers is not None:
             what.update(sync=cfg.sync, sync_options=cfg.sync_options, workers=workers)
         result = {**what, "device": device,
