@@ -9,9 +9,10 @@ tiny model of the same shape (width 16), and "model memory" is the difference of
 Predicted: the memory model's bytes per device for that stage at N = 2, with the bytes per
 parameter, the parameter count and the activations measured by the allreduce run's record
 (fp32 SGD with momentum: 4 + 4 + 4 bytes), plus what the model leaves out and this script
-names: DDP's gradient buckets (4 bytes per parameter under allreduce and zero). "+transients"
-is ``memory.peak``: FSDP's unsharded gradients of the largest unit and the reduce-scatter's
-buffer, at stage 3 two units gathered, and the evaluation's whole parameters.
+names: DDP's gradient buckets (4 bytes per parameter under allreduce and zero). "as run" is
+``memory.peak``: the most of the step with FSDP's transients (a unit's gradients whole and the
+reduce-scatter's buffer, at stage 3 two units gathered), the evaluation's whole parameters, and
+the start-up's (the model whole and the FLOP counter's copy with its gradients).
 
 Step time: ``parascale predict`` of each strategy at N = 2 (weak scaling, per-device batch 32)
 from a 1-worker allreduce run of the same model and a ``parascale comm`` record of 2 workers on
@@ -115,7 +116,7 @@ def main() -> int:
     print(f"largest FSDP unit {unit:,} parameters; step times predicted from a 1-worker run and "
           "a 2-worker comm record")
     print(f"{'strategy':<14}{'peak MiB r0/r1':>16}{'tiny-model':>12}{'model MiB':>11}"
-          f"{'held':>7}{'paper':>7}{'+transients':>13}{'pred/meas':>11}{'step s':>8}"
+          f"{'held':>7}{'paper':>7}{'as run':>8}{'pred/meas':>11}{'step s':>8}"
           f"{'predicted':>11}{'(exchange)':>11}{'samples/s':>11}")
     buckets = PerParameter(0, b.grads, 0, "DDP's buckets")
     for label, stage, big, small in rows:
@@ -133,7 +134,7 @@ def main() -> int:
         step_pred, exchange, step_meas = steps[label]
         print(f"{label:<14}{peaks[0] / mib:>9,.0f}/{peaks[1] / mib:<6,.0f}{base / mib:>12,.0f}"
               f"{measured / mib:>11,.0f}{held / mib:>7,.0f}{paper / mib:>7,.0f}"
-              f"{predicted / mib:>13,.0f}{predicted / measured:>11.2f}{step_meas:>8.3f}"
+              f"{predicted / mib:>8,.0f}{predicted / measured:>11.2f}{step_meas:>8.3f}"
               f"{step_pred:>11.3f}{exchange:>11.3f}"
               f"{big['summary']['steady_throughput'] or 0:>11,.0f}")
     return 0

@@ -10,7 +10,8 @@ from conftest import record, write_study
 from parascale.predict import costs, gradient
 from parascale.predict.forecast import Options, predict
 from parascale.predict.interconnect import preset
-from parascale.predict.memory import PerParameter, evaluation, largest_unit, peak, per_device
+from parascale.predict.memory import (PerParameter, evaluation, largest_unit, peak, per_device,
+                                      startup, transient)
 from parascale.predict.model import Model, Work
 from parascale.report.load import load_records
 
@@ -76,12 +77,15 @@ def test_fsdps_peak_adds_its_transients_or_its_evaluation():
     # gradients with their reduce-scatter buffer, below evaluation's whole parameters
     step3 = per_device(3, psi, 2, b) + 2 * 4 * unit + 2 * 4 * unit
     assert evaluation(3, psi, 2, b) == 4 * psi + 8 * psi / 2 > step3
-    assert peak(3, psi, 2, b, 0, unit) == evaluation(3, psi, 2, b)
+    # ... and below the start-up's: the model whole and the FLOP counter's copy with gradients
+    assert startup(psi, b) == 12 * psi > evaluation(3, psi, 2, b)
+    assert peak(3, psi, 2, b, 0, unit) == startup(psi, b)
+    lean = PerParameter(4, 4, 64, "a large optimizer state")  # sharding matters more here
+    assert peak(3, psi, 2, lean, 0, unit) == evaluation(3, psi, 2, lean) > \
+        per_device(3, psi, 2, lean) + transient(3, lean, unit)
     # stage 2 holds the parameters whole anyway: its peak is the step's, plus the gradients'
-    assert peak(2, psi, 2, b, 0, unit) == per_device(2, psi, 2, b) + 2 * 4 * unit
-    # with many devices the step, not the evaluation, sets nothing new: whole parameters stay
-    assert peak(3, psi, 64, b, 0, unit) == pytest.approx(4 * psi + 8 * psi / 64)
-    assert peak(1, psi, 1, b) == peak(3, psi, 1, b, 0, unit) == per_device(0, psi, 1, b)
+    assert peak(2, psi, 2, lean, 0, unit) == per_device(2, psi, 2, lean) + 2 * 4 * unit
+    assert peak(0, psi, 2, lean) == peak(0, psi, 1, lean) == per_device(0, psi, 1, lean)
 
 
 def test_the_largest_unit_is_counted_on_the_model_built_here(tmp_path):
@@ -102,3 +106,23 @@ def test_the_largest_unit_is_counted_on_the_model_built_here(tmp_path):
     assert block <= unit_of(model="gpt", dataset="shakespeare") < \
         sum(p.numel() for p in gpt.parameters()) / 2
     assert unit_of(model="no.such:model") is None
+
+
+def test_device_memory_from_a_record_prints_fsdps_peaks(tmp_path, capsys):
+    from parascale.cli.main import main
+
+    rec = record(2, 1000.0, sync="fsdp", model="mlp")
+    psi = 50_000_000  # the split's (a model of its size would be slow to build)
+    whole = {"parameter_count": psi, "parameters_bytes": 4 * psi, "gradients_bytes": 4 * psi,
+             "optimizer_state_bytes": 4 * psi, "activations_bytes": 0, "rest_bytes": 1}
+    shard = {k: v // 2 if k.endswith("_bytes") else v for k, v in whole.items()}
+    rec["memory"] = {"kind": "cpu_max_rss", "peak_bytes_per_rank": [1, 1],
+                     "split_per_rank": [shard, shard]}
+    folder = write_study(tmp_path / "s", [rec])
+    assert main(["predict", str(folder), "--device-memory", "1", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "as parascale runs fsdp (largest unit 26,122 parameters" in out
+    b = PerParameter(4, 4, 4, "")
+    line = next(li for li in out.splitlines() if li.split()[:1] == ["2"] and len(li.split()) == 3)
+    assert [float(v) for v in line.split()[1:]] == [
+        round(peak(s, psi, 2, b, 0, 26122) / 2**30, 2) for s in (2, 3)] == [0.56, 0.56]

@@ -15,8 +15,10 @@ builds one unit's gradients whole before reduce-scattering them, into a buffer o
 (2·G per parameter of the unit); at stage 3 the unit computing and the next one, prefetched, are
 gathered whole (2·P per parameter of the unit); and evaluation keeps every unit gathered (ranks
 may evaluate different numbers of batches, so it must not communicate), beside the parameters'
-and the optimizer state's shards, gradients freed: PΨ + (P + S)Ψ/N. Measured on 2 CPU workers
-(benchmarks/RESULTS-sharded.md), this closes stage 3's miss from 28 % to 5 %.
+and the optimizer state's shards, gradients freed: PΨ + (P + S)Ψ/N. And before training, every
+rank builds the model whole and flops.py counts its FLOPs on a copy through a forward and a
+backward: (2P + G)Ψ, whatever the strategy, which on 2 CPU workers set FSDP's measured peak
+(benchmarks/RESULTS-sharded.md).
 """
 from __future__ import annotations
 
@@ -67,14 +69,22 @@ def evaluation(stage: int, psi: float, n: int, b: PerParameter) -> float:
     return b.params * psi + (b.params + b.state) * psi / n if stage >= 2 else 0.0
 
 
+def startup(psi: float, b: PerParameter) -> float:
+    """Bytes every rank holds before training: the model as built, whole, and the FLOP
+    counter's copy of it with its gradients (training/loop.py builds, flops.py counts, and only
+    then does the strategy shard)."""
+    return (2 * b.params + b.grads) * psi
+
+
 def peak(stage: int, psi: float, n: int, b: PerParameter, activations: float = 0.0,
          unit: float = 0.0) -> float:
-    """The peak of one of ``n`` devices: the steady bytes plus the step's transients, or the
-    evaluation's, whichever is more (on one device nothing is sharded or gathered)."""
+    """The peak of one of ``n`` devices as parascale trains: the steady bytes plus the step's
+    transients, the evaluation's, or the start-up's, whichever is most (on one device nothing
+    is sharded or gathered)."""
     steady = per_device(stage, psi, n, b, activations)
-    if stage < 2 or n == 1:
-        return steady
-    return max(steady + transient(stage, b, unit), evaluation(stage, psi, n, b))
+    if stage >= 2 and n > 1:
+        steady = max(steady + transient(stage, b, unit), evaluation(stage, psi, n, b))
+    return max(steady, startup(psi, b))
 
 
 def largest_unit(record) -> int | None:
@@ -151,7 +161,9 @@ def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
     if unit is not None:
         lines.append(f"GiB per device at the peak as parascale runs fsdp (largest unit {unit:,} "
                      "parameters: its gradients whole and the reduce-scatter's buffer, at stage "
-                     "3 it and the next unit gathered; every parameter gathered at evaluation):")
+                     "3 it and the next unit gathered; every parameter gathered at evaluation; "
+                     f"before training the model whole and the FLOP counter's copy, "
+                     f"{startup(psi, b) / 2**30:.2f} GiB):")
         lines.append("  " + f"{'N':>6}" + "".join(f"{STAGES[s][0]:>12}" for s in (2, 3)))
         for n in workers:
             lines.append(f"  {n:>6}" + "".join(
