@@ -127,10 +127,10 @@ def main() -> int:
         held = sum(split[k] for k in ("parameters_bytes", "gradients_bytes",
                                       "optimizer_state_bytes", "activations_bytes"))
         paper = per_device(stage, psi, 2, b, acts)
-        predicted = peak(stage, psi, 2, b, acts, unit)
         if stage <= 1:  # DDP's gradient buckets, a second copy of the gradients
             paper += per_device(0, psi, 2, buckets)
-            predicted += per_device(0, psi, 2, buckets)
+        # the buckets come with DDP, after the start-up's peak (the model and the FLOP copy)
+        predicted = max(peak(stage, psi, 2, b, acts, unit), paper)
         step_pred, exchange, step_meas = steps[label]
         print(f"{label:<14}{peaks[0] / mib:>9,.0f}/{peaks[1] / mib:<6,.0f}{base / mib:>12,.0f}"
               f"{measured / mib:>11,.0f}{held / mib:>7,.0f}{paper / mib:>7,.0f}"
