@@ -69,7 +69,9 @@ def run(out: Path, width: int, layers: int, steps: int, **options) -> dict:
     workers = options.pop("workers", 2)
     record = parascale.train({"workers": workers, "model": "sharded_memory:wide",
                               "dataset": "digits", "global_batch": 32 * workers, "steps": steps,
-                              "momentum": 0.9, "save_model": False, "out": str(out), **options})
+                              "momentum": 0.9, "save_model": False, "out": str(out),
+                              # one thread each at every N: the 1-worker run is the same device
+                              "threads": 1, **options})
     assert record["status"] == "ok", record["reason"]
     return record
 
