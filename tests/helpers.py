@@ -3,6 +3,7 @@ guard and the record writer). Not a test module: tests import from here, never f
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,39 @@ def train_here(out, capfd, *args):
     output = capfd.readouterr()
     assert code == 0, output.err
     return output, json.loads((out / "record.json").read_text())
+
+
+# ---- TensorBoard event files (--tensorboard) ----------------------------------------------
+
+def series(folder: Path) -> dict[str, dict[int, float]]:
+    """Every scalar series in ``folder``'s event files (read by TensorBoard's own reader):
+    tag -> {epoch: value}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: {e.step: e.value for e in events.Scalars(tag)}
+            for tag in events.Tags()["scalars"]}
+
+
+def assert_matches(found: dict[str, dict[int, float]], epochs: list[dict]) -> None:
+    """Each epoch's figures in the record are each series' value at that epoch (the event
+    format keeps float32), and there is no series the record does not hold."""
+    from parascale.training.board import scalars
+
+    wanted: dict[str, dict[int, float]] = {}
+    for entry in epochs:
+        for tag, value in scalars(entry).items():
+            wanted.setdefault(tag, {})[entry["epoch"]] = value
+    assert set(found) == set(wanted)
+    for tag, values in wanted.items():
+        assert found[tag] == {e: pytest.approx(v, rel=1e-6) for e, v in values.items()}, tag
+
+
+# ---- Slurm job scripts ------------------------------------------------------------------------
+
+def srun_words(script: str) -> list[str]:
+    """The srun command of a script as the shell splits it (continuation lines joined)."""
+    text = script.replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("srun "))
+    return shlex.split(line)

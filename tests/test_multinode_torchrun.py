@@ -39,13 +39,21 @@ def finish(agents, within_s: float = 600) -> list[str]:
     return [agent.communicate(timeout=within_s)[0] for agent in agents]
 
 
+def not_torchruns(output: str) -> int:
+    """Tracebacks in an agent's output other than torchrun's own exit-barrier race: the agent
+    hosting the store may leave the barrier and close the store while the last agent's wait is
+    still in flight; torch logs that with its traceback and exits 0 (elastic/agent/server/api.py,
+    _exit_barrier), after every worker has finished."""
+    return output.count("Traceback") - output.count("Error waiting on exit barrier")
+
+
 @pytest.mark.parametrize("per_node", [1, 2])
 def test_two_nodes_train_to_the_parameters_of_one_process(tmp_path, multinode, per_node):
     nodes = multinode(2)
     out = tmp_path / "joined"
     outputs = finish(torchrun(nodes, per_node, ["--steps", "5", "--timeout", "60",
                                                 "--out", str(out)]))
-    assert all("Traceback" not in o for o in outputs), outputs
+    assert not any(not_torchruns(o) for o in outputs), outputs
     record = json.loads((out / "record.json").read_text())
     assert record["status"] == "ok"
     assert record["derived"]["world_size"] == 2 * per_node

@@ -80,6 +80,9 @@ def test_a_two_task_job_trains_as_one_world_under_srun(cluster, tmp_path):
     assert "#SBATCH --ntasks-per-node=2" in script  # what was submitted is the script kept
 
 
+# a study's whole life, several submissions of 2 jobs each: it ran past the
+# suite's 300 s guard once, on two cores shared with other sessions' work
+@pytest.mark.timeout(900)
 def test_a_study_is_one_job_per_configuration_and_a_cancelled_or_failed_one_is_resubmitted_alone(
         cluster, tmp_path):
     """One study through its life: submitted, one job cancelled (recorded with Slurm's reason),
@@ -217,3 +220,18 @@ def test_a_script_sbatch_refuses_is_not_left_behind(cluster, tmp_path, capsys):
     assert "sbatch refused" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_a_users_script_runs_as_a_two_task_job(cluster, tmp_path):
+    """parascale slurm run: the example script's copies join srun's world; rank 0 writes the
+    record, with the script's own arguments, as parascale run does on one machine."""
+    out, script = tmp_path / "run", Path(__file__).resolve().parent.parent / "examples" / \
+        "digits_parascale.py"
+    done = parascale("slurm", "run", "--workers", "2", "--timeout", "60", "--time", "5",
+                     "--out", str(out), "--submit", "--wait", str(script), "--epochs", "2",
+                     "--batch-size", "16", cwd=tmp_path)
+    assert "COMPLETED" in done.stdout and f"record: {out}/record.json" in done.stdout
+    run = record(out)
+    assert run["status"] == "ok" and run["environment"]["launcher"] == "slurm"
+    assert run["derived"]["world_size"] == 2 and run["derived"]["per_device_batch"] == 16
+    assert run["script"]["args"] == ["--epochs", "2", "--batch-size", "16"]

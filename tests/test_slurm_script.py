@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_line_error
+from helpers import srun_words
 
 from parascale.cli.main import main
 from parascale.cluster import scheduler
@@ -19,13 +20,6 @@ from parascale.runtime.world import check_tasks, slurm_port
 def no_sinfo(monkeypatch):
     """The fast tier starts no process: plan studies against this machine's cores."""
     monkeypatch.setattr(scheduler, "cpus_per_node", lambda partition: None)
-
-
-def srun_words(script: str) -> list[str]:
-    """The srun command of a script as the shell splits it (continuation lines joined)."""
-    text = script.replace("\\\n", " ")
-    line = next(line for line in text.splitlines() if line.startswith("srun "))
-    return shlex.split(line)
 
 
 def sbatch_lines(script: str) -> dict[str, str]:

@@ -44,7 +44,6 @@ def test_one_worker_runs_unsharded_and_says_so(train_run, capfd):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(checkpoint_every="1e"), "--sync fsdp keeps each rank's part"),
     (dict(precision="bf16"), "FSDP's mixed precision needs a GPU"),
     (dict(precision="fp16"), "use --precision bf16"),
     (dict(sync_options={"stage": 4}), "stage=4: FSDP shards at stage 2 or 3"),

@@ -208,6 +208,10 @@ class TrainConfig:
     with --checkpoint-every; nothing is written outside it."""
     save_model: bool = True
     """Write out/model.pt (the final state_dict, saved by rank 0)."""
+    tensorboard: str | None = None
+    """Also write the run's figures as TensorBoard event files into this folder (rank 0, each
+    epoch: one scalar series per metric and per part of the step time); a study (bench,
+    demo, hpo) gives each run a subfolder of it."""
     checkpoint_every: int | str | None = None
     """Write a checkpoint every N optimizer steps, or every N epochs as Ne (200, 1e), into
     DIR/checkpoints: model, optimizer, position, the strategy's state and every RNG state, so

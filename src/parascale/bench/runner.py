@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from parascale import record as rec
-from parascale.bench.study import Job
+from parascale.bench import scripts
+from parascale.bench.study import Job, run_train
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
@@ -170,7 +171,8 @@ class StudyRunner:
         except (TypeError, ValueError):
             return None
         for name in sorted(job.train):
-            if name in ("out", "save_model") or name not in config:
+            # where a run writes is no setting of the run (--tensorboard: a folder per run)
+            if name in ("out", "save_model", "tensorboard") or name not in config:
                 continue
             had, want = (json.dumps(v, sort_keys=True, default=str)
                          for v in (config[name], wanted.get(name)))
@@ -247,9 +249,10 @@ class StudyRunner:
         staging = self.study / STAGING / job.folder
         shutil.rmtree(staging, ignore_errors=True)  # the remains of an interrupted attempt
         staging.parent.mkdir(parents=True, exist_ok=True)
-        config = {"save_model": False, **job.train, "out": str(staging)}
+        config = {"save_model": False, **run_train(job), "out": str(staging)}
         try:
-            record = train(config)
+            record = scripts.run_job(config, job.params) \
+                if scripts.is_script(job.params) else train(config)
         except KeyboardInterrupt:
             if not (staging / rec.RECORD_NAME).exists():  # nothing finished: leave no trace
                 shutil.rmtree(staging, ignore_errors=True)

@@ -33,6 +33,10 @@ def _name_part(inputs: Any, name: str, default: str) -> str:
 
 
 def default_out(inputs: Any) -> Path:
+    script = inputs.parameters.get("script")
+    if isinstance(script, str):  # a study of a script: named by it
+        return Path("studies") / (re.sub(r"[^A-Za-z0-9.+-]+", "_", Path(script).stem)[:40]
+                                  or "script")
     parts = [_name_part(inputs, "model", "smallcnn"), _name_part(inputs, "dataset", "digits"),
              _name_part(inputs, "scaling", "sweep")]
     return Path("studies") / "-".join(parts)
@@ -74,13 +78,19 @@ def plan_from_args(args: argparse.Namespace, options: dict[str, Any]):
     from parascale.bench import maxbatch
     from parascale.bench.studyfile import load_study_file
     from parascale.bench.values import parse_assignment, parse_variable
-    from parascale.bench.study import combine, make_jobs
+    from parascale.bench.study import combine, make_jobs, with_board
     from parascale.runtime.world import devices_elsewhere
 
+    board = options.pop("tensorboard", None)  # the study's folder, not a value of its plan
     assignments = [parse_assignment(text) for text in args.param]
+    assignments += [(name, value) for name, value in (("script", args.script),
+                                                      ("script_args", args.script_args))
+                    if value is not None]
     file = load_study_file(args.config) if args.config else None
     wants_max = maxbatch.take(file["parameters"] if file else None, options, assignments)
-    args.default_scaling = default_scaling(args, options, assignments)
+    named = {name for name, _ in assignments} | set((file or {}).get("parameters", {}))
+    args.default_scaling = None if "script" in named else \
+        default_scaling(args, options, assignments)
     scaling = args.default_scaling or args.scaling
     if scaling == "weak" and args.default_scaling and "batch_size" not in options \
             and "batch_size" not in {name for name, _ in assignments}:
@@ -92,7 +102,7 @@ def plan_from_args(args: argparse.Namespace, options: dict[str, Any]):
         args.repeat, args.baseline)
     # a dry run plans a GPU study on any machine; a real run needs the GPUs here
     with devices_elsewhere() if args.dry_run else contextlib.nullcontext():
-        jobs = make_jobs(inputs)
+        jobs = with_board(make_jobs(inputs), board)
     if wants_max:
         maxbatch.resolve(jobs, args.dry_run, largest_batch, echo)
         inputs.parameters["batch_size"] = maxbatch.MAX  # the plan as given, in plan.json

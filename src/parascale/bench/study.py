@@ -13,6 +13,7 @@ import contextvars
 import dataclasses
 import difflib
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 
 from parascale import sync
 from parascale.batch import derive, indivisible
-from parascale.bench import expr
+from parascale.bench import expr, scripts
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
 from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds
@@ -29,12 +30,14 @@ from parascale.digits import INT_RE
 from parascale.validation import validate
 from parascale.runtime.env import available_cores, cores_per_worker
 from parascale.errors import UsageError
+from parascale.files import check_writable_folder
 
 __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_workers",
            "interleave", "reference_warning", "STUDY_NAMES", "SCALINGS"]
 
 SCALINGS = ("weak", "strong")
-STUDY_NAMES = frozenset({"scaling"})  # names bench itself understands; never passed to train
+# names bench itself understands; never passed to train (a script's: bench/scripts.py)
+STUDY_NAMES = frozenset({"scaling", scripts.SCRIPT, scripts.SCRIPT_ARGS})
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 BATCH_FIELDS = frozenset({"batch_size", "global_batch"})
 # options that do not change how much memory a run needs: ignored when an out-of-memory result
@@ -43,7 +46,7 @@ MEMORY_NEUTRAL = frozenset({
     "out", "save_model", "port", "timeout", "seed", "epochs", "steps", "lr", "lr_scaling",
     "base_batch", "warmup_epochs", "lr_schedule", "lr_milestones", "lr_gamma", "weight_decay",
     "target_accuracy", "target_metric", "target_value", "stop_at_target", "eval_every",
-    "download", "warmup_steps", "lr_min", "peak_tflops"})
+    "download", "warmup_steps", "lr_min", "peak_tflops", "tensorboard"})
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 
 
@@ -219,6 +222,9 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
             if name == "out":
                 raise UsageError("out is chosen by bench (STUDY/runs/<configuration>/); "
                                  "give the study folder with --out")
+            if name == "tensorboard":  # as out: where runs write is no setting of a run
+                raise UsageError("tensorboard is one folder for the whole study (each run "
+                                 "writes into DIR/<configuration>): give --tensorboard DIR")
             train[name] = _coerce(name, value)
         elif name in _declared_elsewhere():  # a strategy's option that is no field
             train.setdefault("sync_options", {})[name] = value
@@ -305,6 +311,8 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
 
     train, scaling = _split(run, referenced)
     _drop_foreign_options(train, used)
+    if scripts.is_script(run.params):
+        return _script_job(run, train, scaling)
     skip = run.skip_reason
     if scaling is not None:
         if train.get("workers") is None:
@@ -336,6 +344,48 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
         check(cfg, size)
     return Job(run.config_id, run.config_id, dict(run.params), train, size, per_device,
                global_batch, scaling, skip_reason=skip, memory_key=_memory_key(cfg, size))
+
+
+def with_board(jobs: list[Job], folder: str | None) -> list[Job]:
+    """``jobs`` writing TensorBoard series under ``folder`` (--tensorboard), each run into a
+    folder of its own (:func:`run_train`). Set on the jobs, not planned as a value: the study's
+    configurations, and so its folders, stay what they are with or without it."""
+    if folder:
+        check_writable_folder(folder, "--tensorboard")
+        for job in jobs:
+            job.train["tensorboard"] = os.path.abspath(folder)
+    return jobs
+
+
+def run_train(job: Job) -> dict[str, Any]:
+    """The train options ``job`` runs with: a study's --tensorboard DIR becomes
+    DIR/<the run's folder>, so that each run has series of its own and TensorBoard lists the
+    runs by their configuration."""
+    train = dict(job.train)
+    if train.get("tensorboard"):
+        train["tensorboard"] = os.path.join(os.path.abspath(train["tensorboard"]), job.folder)
+    return train
+
+
+def _script_job(run: PlannedRun, train: dict[str, Any], scaling: str | None) -> Job:
+    """A run of the study's script: checked as ``parascale run`` checks its input. Its batch
+    is the script's, unknown until it runs (the record then says it)."""
+    from parascale.script.launch import checked
+
+    if scaling is not None:
+        raise UsageError("--scaling sets the batch parascale trains with, and a script sets its "
+                         "own: give --workers, and the batch in the script's arguments (-P "
+                         "'b=$(256 // ${workers})$' -P 'script_args=--batch-size ${b}' keeps "
+                         "a global batch of 256)")
+    _fit_gpus(train)
+    script = scripts.check_job(train, run.params)
+    try:
+        cfg, size = checked(train)  # parascale run's own checks: devices, cores, strategy
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"configuration {run.config_id}: {exc}") from None
+    return Job(run.config_id, run.config_id, {**run.params, scripts.SCRIPT: str(script)}, train,
+               size, None, None, skip_reason=run.skip_reason,
+               memory_key=_memory_key(cfg, size) + str(script))
 
 
 def _order(jobs: list[Job]) -> list[Job]:

@@ -12,6 +12,8 @@ from parascale.bench.values import PlanError
 from parascale.safejson import Refused, check_shape
 
 STUDY_KEYS = ("parameters", "variables", "extensions")
+#: a study of a script may name it, and its arguments, at the top: parameters like any other
+SCRIPT_KEYS = ("script", "script_args")
 
 
 def _parse_file(path: Path, text: str, what: str) -> Any:
@@ -78,14 +80,20 @@ def load_study_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise PlanError(f"study file {str(file)!r} must be a mapping with keys "
                         f"{', '.join(STUDY_KEYS)}")
-    unknown = sorted(map(str, set(data) - set(STUDY_KEYS)))
+    unknown = sorted(map(str, set(data) - set(STUDY_KEYS) - set(SCRIPT_KEYS)))
     if unknown:
         raise PlanError(f"study file {str(file)!r} has unknown key(s) {', '.join(unknown)}; "
-                        f"accepted: {', '.join(STUDY_KEYS)}")
+                        f"accepted: {', '.join(STUDY_KEYS + SCRIPT_KEYS)}")
     study = {"parameters": data.get("parameters") or {}, "variables": data.get("variables") or {},
              "extensions": data.get("extensions") or []}
     for key, kind in (("parameters", dict), ("variables", dict), ("extensions", list)):
         if not isinstance(study[key], kind):
             raise PlanError(f"study file {str(file)!r}: {key} must be a "
                             f"{'mapping' if kind is dict else 'list'}")
+    for key in SCRIPT_KEYS:
+        if key in data:
+            if key in study["parameters"] or key in study["variables"]:
+                raise PlanError(f"study file {str(file)!r} gives {key} twice: at the top and "
+                                "under parameters or variables; give it once")
+            study["parameters"] = {**dict(study["parameters"]), key: data[key]}
     return study

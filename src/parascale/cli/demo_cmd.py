@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="a much smaller version (8x8 digits, 2 epochs, no baselines): 10 s "
                         "on 2 quiet vCPUs")
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="also write each run's figures as TensorBoard event files, into "
+                        "DIR/<configuration> (see 'parascale train --help')")
     add_quiet_option(parser)
     parser.set_defaults(func=run)
     return parser
@@ -83,9 +86,9 @@ def demo_workers() -> str:
     return ",".join(map(str, counts))
 
 
-def demo_jobs(quick: bool = False) -> list:
+def demo_jobs(quick: bool = False, tensorboard: str | None = None) -> list:
     """The demo's jobs: the weak and the strong study in one plan, in rounds across both."""
-    from parascale.bench.study import combine, interleave, make_jobs
+    from parascale.bench.study import combine, interleave, make_jobs, with_board
 
     fixed = QUICK if quick else FULL
     workers = demo_workers()
@@ -94,7 +97,7 @@ def demo_jobs(quick: bool = False) -> list:
                    scaling="weak", workers=workers, baseline=not quick, repeat=repeat)
     strong = combine(options={**fixed, "global_batch": STRONG_BATCH},
                      scaling="strong", workers=workers, baseline=not quick, repeat=repeat)
-    return interleave(make_jobs(weak), make_jobs(strong))
+    return with_board(interleave(make_jobs(weak), make_jobs(strong)), tensorboard)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from parascale.files import check_writable_folder
 
     check_quiet(args.quiet_machine)
-    jobs = demo_jobs(args.quick)
+    jobs = demo_jobs(args.quick, args.tensorboard)
     study = Path(args.out) if args.out else default_folder(args.quick)
     check_writable_folder(study)
     workers = sorted({job.world_size for job in jobs})

@@ -22,6 +22,7 @@ from parascale.runtime.processes import exit_now, warm
 # name and module path of each subcommand, in the order --help lists them
 SUBCOMMANDS = {
     "train": "parascale.cli.train_cmd",
+    "run": "parascale.cli.run_cmd",
     "bench": "parascale.cli.bench_cmd",
     "demo": "parascale.cli.demo_cmd",
     "report": "parascale.cli.report_cmd",
@@ -31,7 +32,8 @@ SUBCOMMANDS = {
     "slurm": "parascale.cli.slurm_cmd",
     "predict": "parascale.cli.predict_cmd",
 }
-LAUNCHING = {"train", "bench", "demo", "comm", "find-batch", "hpo"}  # the subcommands that start workers
+# the subcommands that start workers
+LAUNCHING = {"train", "run", "bench", "demo", "comm", "find-batch", "hpo"}
 
 
 class OneLineParser(argparse.ArgumentParser):

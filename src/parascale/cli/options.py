@@ -34,8 +34,8 @@ CHOICES = {
     "device": config_module.DEVICES, "optimizer": config_module.OPTIMIZERS,
 }
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
-            "out": "DIR", "data_dir": "DIR", "workers": "N", "model": "NAME", "dataset": "NAME",
-            "sync": "NAME", "learners": "M|auto", "task": "MODULE:FUNCTION"}
+            "out": "DIR", "tensorboard": "DIR", "data_dir": "DIR", "workers": "N",
+            "model": "NAME", "dataset": "NAME", "sync": "NAME", "learners": "M|auto", "task": "MODULE:FUNCTION"}
 
 
 @functools.cache

@@ -90,6 +90,9 @@ examples:
   # a study file (YAML or TOML: parameters, variables, extensions) plus command-line overrides
   parascale bench --config study.yaml -P epochs=5 --out studies/mine
 
+  # your own training script on 1, 2 and 4 workers, with the contention baseline
+  parascale bench --script train.py --script-args='--epochs 3' --workers 1,2,4 --baseline
+
 worker lists (--workers): 1,2,4 | 1-4 | pow2 (1, 2, 4, ... up to all devices) | pow2:8 | all
 With --gpus G1,...,Gk, a run with N workers uses the first N GPUs of the list.
 """
@@ -144,6 +147,13 @@ def bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
                        "exit without running or writing anything")
     study.add_argument("--out", dest="study_out", metavar="STUDY",
                        help="study folder (default: studies/<model>-<dataset>-<scaling>)")
+    study.add_argument("--script", metavar="FILE",
+                       help="study your own training script: each run is 'parascale run FILE' "
+                       "(docs/scripts.md); only parascale run's options then apply, the rest "
+                       "is the script's (-P/-V script_args=... or --script-args)")
+    study.add_argument("--script-args", metavar="ARGS",
+                       help="the script's arguments, as one string split as a shell would "
+                       "(--script-args='--epochs 2'); the study's value script_args")
     add_train_options(parser, exclude={"workers", "out"})
     for action in parser._actions:
         if action.dest == "batch_size":  # bench also takes 'max': the batch search decides

@@ -33,6 +33,7 @@ examples:
       --data-dir data --global-batch 1024 --out runs/r50 --submit --wait
   parascale slurm bench --workers 1,2,4 --scaling weak --batch-size 32 --epochs 3 \\
       --out studies/cnn --time 20 --submit
+  parascale slurm run --workers 2 --time 10 --out runs/mine --submit train.py --epochs 3
   parascale slurm status studies/cnn
 """
 
@@ -45,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "slurm", help="run train or a bench study as Slurm jobs; status of a study's jobs",
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="slurm_command", metavar="{train,bench,status}")
+    sub = parser.add_subparsers(dest="slurm_command", metavar="{train,bench,run,status}")
     train = train_parser(sub)
     train.description = "Submit 'parascale train' as one Slurm job. " + train.description
     train.epilog = EXAMPLES
@@ -63,6 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            "what is missing or failed), never, always")
         if action.dest == "dry_run":
             action.help = "print the plan and every job script; write and submit nothing"
+    from parascale.cli import run_cmd
+
+    script = run_cmd.register(sub)
+    script.description = ("Submit 'parascale run' of your own training script as one Slurm job "
+                          "(parascale's and Slurm's options before the script). "
+                          + str(script.description))
+    script.epilog = EXAMPLES
+    add_options(script)
+    script.set_defaults(func=run_script, option_names=option_names(script))
     status = sub.add_parser("status", help="each configuration's job and state",
                             description="Show each configuration of STUDY with its Slurm job, "
                             "the job's state and the scheduler's reason; jobs that ended "
@@ -159,11 +169,70 @@ def _check_builtin(checked) -> None:
         data.check(checked)
 
 
+def script_job(args: argparse.Namespace):
+    """(script text, out folder, Slurm options) for ``slurm run script.py``: the job runs
+    ``parascale run`` on every task, which joins srun's world; UsageError for bad input."""
+    from parascale.bench.scripts import SCRIPT, SCRIPT_ARGS, check_job, command_tail, run_options
+    from parascale.cli.options import config_from_args
+    from parascale.cli.run_cmd import script_and_args
+    from parascale.cluster.script import (Script, file_pattern, job_name, layout,
+                                          options_from_args, render, train_flags)
+    from parascale.config import TrainConfig
+    from parascale.files import check_writable_folder
+    from parascale.runtime.world import devices_elsewhere
+    from parascale.validation import validate
+
+    opts = options_from_args(args)
+    check_values(args)
+    script, argv = script_and_args(list(args.command))
+    # '--' right after the script passes what follows to it as it is, Slurm's options too
+    typed = list(args.command)[list(args.command)[:1] == ["--"]:]
+    slurm_names = {a for a in args.option_names.values() if a.startswith("--")}
+    mistaken = next((a.partition("=")[0] for a in argv if a.partition("=")[0] in slurm_names
+                     and typed[1:2] != ["--"]), None)
+    if mistaken:
+        raise UsageError(f"{mistaken} comes after {script.name}, so it would go to the script, "
+                         f"not to Slurm: give it before the script, or write -- after "
+                         f"{script.name} to pass it to the script")
+    cfg = config_from_args(args)
+    if cfg.get("gpus") is not None:
+        raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G "
+                         "(one task per GPU, each on cuda:<local rank>)")
+    nodes, per_node = layout(cfg.get("workers"), opts)
+    cfg["workers"] = nodes * per_node
+    cfg.setdefault("threads", opts.cpus_per_task)
+    if opts.gpus_per_node:
+        cfg["device"] = "cuda"
+    cfg["out"] = os.path.abspath(cfg.get("out") or f"runs/{script.stem}-slurm")
+    with devices_elsewhere():
+        validate(TrainConfig.from_dict(cfg))
+        check_job(cfg, {"script": str(script)})
+    check_writable_folder(cfg["out"])
+    out = Path(cfg["out"])
+    job = Script(name=job_name(f"ps-run-{out.name}"),
+                 what=f"parascale run {script.name}, {cfg['workers']} worker(s); record in "
+                 f"{out}/record.json",
+                 train=[*train_flags(run_options({k: v for k, v in cfg.items() if k != "out"})),
+                        "--out", str(out),
+                        *command_tail({SCRIPT: str(script), SCRIPT_ARGS: argv})],
+                 output=file_pattern(out) + "-slurm-%j.out", nodes=nodes, tasks_per_node=per_node,
+                 command="run")
+    return render(job, opts), out, opts
+
+
+def run_script(args: argparse.Namespace) -> int:
+    return _submit_one(args, *script_job(args))
+
+
 def run_train(args: argparse.Namespace) -> int:
+    return _submit_one(args, *train_script(args))
+
+
+def _submit_one(args: argparse.Namespace, text: str, out: Path, _opts) -> int:
+    """Print the job script (--dry-run), or submit it, and with --wait say how it ended."""
     from parascale.cluster import scheduler
     from parascale.files import atomic_write_text
 
-    text, out, _ = train_script(args)
     if args.dry_run:
         print(text, end="")
         return 0

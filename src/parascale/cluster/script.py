@@ -250,12 +250,13 @@ class Script:
 
     name: str  # --job-name
     what: str  # one comment line saying what the job does
-    train: list[str]  # the parascale train options, --out included
+    train: list[str]  # the parascale train options, --out included (run: then the script)
     output: str  # --output file pattern (%j: the job id)
     nodes: int = 1
     tasks_per_node: int = 1
     before: list[str] = field(default_factory=list)  # lines of ours before srun
     after: list[str] = field(default_factory=list)  # lines of ours after srun (code=$? set)
+    command: str = "train"  # the parascale command each task runs: train, or run a script
 
 
 def render(script: Script, opts: SlurmOptions) -> str:
@@ -300,7 +301,7 @@ def render(script: Script, opts: SlurmOptions) -> str:
     lines += script.before
     # srun does not take --cpus-per-task from sbatch since Slurm 22.05: say it again
     command = ["srun", "--kill-on-bad-exit=1", f"--cpus-per-task={opts.cpus_per_task}",
-               opts.python, "-m", "parascale", "train", *script.train]
+               opts.python, "-m", "parascale", script.command, *script.train]
     lines += [f"# {script.nodes * script.tasks_per_node} task(s): one per "
               f"{'GPU' if opts.gpus_per_node else 'worker'}, each a rank of one world",
               _wrap(" ".join(q(part) for part in command)), "code=$?"]

@@ -16,6 +16,7 @@ failure) is filed as failed with the scheduler's reason by whoever looks next: `
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import time
@@ -26,7 +27,8 @@ from typing import Any
 
 from parascale import record as rec
 from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
-from parascale.bench.study import Job
+from parascale.bench import scripts
+from parascale.bench.study import Job, run_train
 from parascale.columns import aligned
 from parascale.cluster import scheduler
 from parascale.cluster.script import (Script, SlurmOptions, file_pattern, job_name, layout,
@@ -50,7 +52,7 @@ def study_train(job: Job, opts: SlurmOptions) -> dict[str, Any]:
     if opts.gpus_per_node:
         train.pop("gpus", None)
         train["device"] = "cuda"
-    return train
+    return scripts.run_options(train) if scripts.is_script(job.params) else train
 
 
 def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
@@ -62,7 +64,11 @@ def study_script(study: Path, job: Job, opts: SlurmOptions) -> str:
     script = Script(
         name=job_name(f"ps-{study.name}-{job.folder}"),
         what=f"parascale study {study.name}, configuration {job.folder}: {job.label or job.folder}",
-        train=[*train_flags(study_train(job, opts)), "--out", str(staging)],
+        # the study's --tensorboard DIR becomes DIR/<folder> here, once: study_train runs twice
+        train=[*train_flags(study_train(dataclasses.replace(job, train=run_train(job)), opts)),
+               "--out", str(staging),
+               *scripts.command_tail(job.params)],
+        command="run" if scripts.is_script(job.params) else "train",
         output=file_pattern(study / SLURM / job.folder) + "-%j.out",
         nodes=nodes, tasks_per_node=per_node,
         before=["# the remains of an earlier attempt at this configuration",

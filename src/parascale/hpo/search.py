@@ -103,6 +103,8 @@ def _start(search: Search, slot: Slot) -> Running:
     folder.mkdir(parents=True, exist_ok=True)
     cfg = config(search.fixed, chosen)
     cfg["out"] = str(folder)
+    if cfg.get("tensorboard"):  # each trial its own series, named by the trial's folder
+        cfg["tensorboard"] = os.path.join(os.path.abspath(cfg["tensorboard"]), folder.name)
     if slot.gpus is not None:
         cfg["gpus"] = list(slot.gpus)
     else:

@@ -87,6 +87,7 @@ def _comparable(ident: dict[str, Any]) -> dict[str, Any]:
     """``ident`` with its paths absolute: hpo/a/, ./hpo/a and /abs/hpo/a are one --out (an
     identity stored by an older parascale holds the path as typed)."""
     fixed = dict(ident.get("fixed") or {})
+    fixed.pop("tensorboard", None)  # where the series go is no part of what is searched
     for key in PATHS:
         if isinstance(fixed.get(key), str):
             fixed[key] = os.path.realpath(fixed[key])

@@ -147,6 +147,8 @@ class Row:
     flops_per_step: float | None = None
     mfu: float | None = None  # median over the runs
     mfu_measured_peak: bool = False  # a CPU's peak, measured by a matrix multiply
+    # the steady step's mean seconds by part (data, compute, sync, optimizer), median over runs
+    step_split_s: tuple[float, ...] | None = None
     # memory per device: every rank's peak (median over the runs, rank by rank) and what rank 0
     # held by category (record's memory.split_per_rank; medians): parameters, gradients, ...
     peak_per_rank: tuple[float, ...] = ()
@@ -374,8 +376,20 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
         flops_per_step=_median(_num(r, "summary", "flops_per_step") for r in runs),
         mfu=_median(_num(r, "summary", "mfu") for r in runs),
         mfu_measured_peak=runs[0].get("flops", "peak_measured") is True,
-        peak_per_rank=_peaks_by_rank(runs), memory_split=_split(runs),
+        step_split_s=_split(runs),
+        peak_per_rank=_peaks_by_rank(runs), memory_split=_memory_split(runs),
     )
+
+
+STEP_PARTS = ("data", "compute", "sync", "optimizer")
+
+
+def _split(runs: list[RunRecord]) -> tuple[float, ...] | None:
+    """Where the steady step's time went, by part: each part's mean over every rank's steps,
+    median over the runs; None when a record lacks a part (older records timed the step only)."""
+    parts = [_median(_num(r, "steps", "phases", part, "mean") for r in runs)
+             for part in STEP_PARTS]
+    return None if any(p is None for p in parts) else tuple(parts)  # type: ignore[arg-type]
 
 
 def _final(record: RunRecord, metric: str) -> float | None:
@@ -410,7 +424,7 @@ def _peaks_by_rank(runs: list[RunRecord]) -> tuple[float, ...]:
     return tuple(float(median(p[i] for p in lists)) for i in range(width))
 
 
-def _split(runs: list[RunRecord]) -> dict[str, float] | None:
+def _memory_split(runs: list[RunRecord]) -> dict[str, float] | None:
     """Rank 0's memory split by category (medians over the runs that have one), or None."""
     found = []
     for r in runs:

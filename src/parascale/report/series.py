@@ -17,7 +17,8 @@ from parascale.report.load import RunRecord
 
 ALONG_A_SERIES = {"workers", "gpus", "batch_size", "global_batch", "threads", "out", "port",
                   "timeout", "save_model", "eval_every", "data_dir", "download", "seed", "sync",
-                  "device", "backend", "model", "dataset", "oversubscribe", "verify_data"}
+                  "device", "backend", "model", "dataset", "oversubscribe", "verify_data",
+                  "tensorboard"}
 
 
 def variants(records: Iterable[RunRecord]) -> dict[int, str]:

@@ -123,6 +123,8 @@ COLUMNS: list[tuple[str, Callable[[Row], str], Callable[[Row], bool]]] = [
      lambda r: True),
     ("step p50 (ms)", lambda r: _ms(r.step_p50_s), lambda r: r.step_p50_s is not None),
     ("step p95 (ms)", lambda r: _ms(r.step_p95_s), lambda r: r.step_p95_s is not None),
+    ("data/compute/sync/opt (ms)", lambda r: "—" if r.step_split_s is None else
+     " / ".join(_ms(part) for part in r.step_split_s), lambda r: r.step_split_s is not None),
     ("samples/s", lambda r: _throughput_cell(r.throughput, r.spread, r.runs,
                                              r.units_per_sample), lambda r: True),
     ("per device", lambda r: f"{r.per_device_throughput * r.units_per_sample:,.0f}",

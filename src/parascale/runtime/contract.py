@@ -33,6 +33,11 @@ LOG = "PARASCALE_LOG"
 #: JSON: the checkpoint to continue from, and why (training/resume.py)
 RESUME = "PARASCALE_RESUME"
 
+# --- a user's script: ``parascale run`` -> its copies (cli/run_cmd.py -> parascale/script/)
+#: JSON: the script's path and arguments, and the run's resolved TrainConfig (its --sync, its
+#: options, the staging --out); absent when the script runs as a plain process
+SCRIPT = "PARASCALE_SCRIPT"
+
 # --- faults injected on purpose, by tests and by hand (runtime/faults.py); the user sets it
 FAULT = "PARASCALE_FAULT"
 

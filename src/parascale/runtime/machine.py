@@ -47,23 +47,33 @@ def cores() -> int:
     return psutil.cpu_count(logical=True) or os.cpu_count() or 1
 
 
-def own_cpu_s(pid: int | None = None) -> float:
-    """CPU-seconds used so far by a process, its live descendants and its reaped children.
+class OwnCpu:
+    """CPU-seconds used so far by this process, its live descendants and its reaped children.
 
-    Descendants are the parameter servers and data-loader workers a rank starts; reaped
-    children (an epoch's finished loader workers) are only visible through getrusage, and only
-    for the calling process.
+    Descendants are the parameter servers and data-loader workers a rank starts; reaped children
+    (an epoch's finished loader workers) are only visible through getrusage. Finding the live
+    descendants walks /proc, reading every process's stat (milliseconds on a busy machine, read
+    twice an epoch), so the walk is made at most once every ``refresh_s`` and the processes it
+    found are read directly in between. One started since the last walk is counted from the
+    next walk on, with all its CPU so far: a window's total stays whole, and only the epoch it
+    is counted in can be late by ``refresh_s``.
     """
-    proc = psutil.Process(pid)
-    total = _cpu(proc)
-    for child in descendants(pid):
-        total += _cpu(child)
-    if pid is None or pid == os.getpid():
+
+    def __init__(self, refresh_s: float = 1.0):
+        self.refresh_s = refresh_s
+        self._me = psutil.Process()
+        self._walked_at = -float("inf")
+        self._known: list[psutil.Process] = []
+
+    def __call__(self) -> float:
         import resource
 
+        now = time.monotonic()
+        if now - self._walked_at >= self.refresh_s:
+            self._known, self._walked_at = descendants(), now
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total += usage.ru_utime + usage.ru_stime
-    return total
+        return (_cpu(self._me) + sum(_cpu(child) for child in self._known)
+                + usage.ru_utime + usage.ru_stime)
 
 
 def cpu_s(pid: int) -> float:

@@ -60,6 +60,12 @@ class AllReduce(Strategy):
                     "checkpoint does not hold; checkpoint with --compression none, fp16 or bf16")
         return None
 
+    @classmethod
+    def resumes_resized(cls, cfg) -> bool:
+        # the model and optimizer are kept once (replicas_agree); DDP keeps nothing between
+        # steps, nor do the casting compressors (PowerSGD is refused with checkpoints)
+        return True
+
     def wrap(self, model: nn.Module) -> nn.Module:
         self._clock = None
         if self.world.size == 1 and self.cfg.compression == "none":

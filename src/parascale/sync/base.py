@@ -18,7 +18,9 @@ open (SMA's ``--learners auto``); the strategy built from the result ``adopt``s 
 A checkpoint (``--checkpoint-every``) asks every rank for ``strategy.state_dict()`` between
 two steps and gives it back through ``load_state_dict`` after ``wrap`` on resume, once the
 model and optimizer are restored. ``replicas_agree`` says whether a checkpoint may keep rank
-0's model and optimizer alone, or must keep every rank's.
+0's model and optimizer alone, or must keep every rank's; ``shards_checkpoint`` that each rank
+writes its own part of them through torch.distributed.checkpoint instead (training/sharded.py),
+which a run on another number of workers can read back.
 
 Strategies that overlap communication with backward (DDP) do their work inside backward and
 report, through ``compute_end``, the moment the last gradient was ready: the wait after it is
@@ -89,11 +91,23 @@ class Strategy:
     #: True when every rank's model and optimizer state are the same after every step (the
     #: ranks exchange gradients synchronously): a checkpoint then keeps rank 0's alone
     replicas_agree = False
+    #: True when each rank holds only its part of the model or the optimizer state: every rank
+    #: then writes its part of a checkpoint (torch.distributed.checkpoint, which reshards on
+    #: load), so that the checkpoint also resumes on another number of workers
+    shards_checkpoint = False
 
     @classmethod
     def refuse(cls, cfg: TrainConfig) -> str | None:
         """One line if ``cfg`` combines this strategy with settings it cannot run, else None."""
         return None
+
+    @classmethod
+    def resumes_resized(cls, cfg: TrainConfig) -> bool:
+        """Whether a checkpoint of this strategy resumes on another number of workers (with
+        the same global batch): its model and optimizer are each rank's part, which DCP
+        reshards on load (``shards_checkpoint``), or kept once because every rank holds the
+        same, and nothing else it keeps per rank depends on the worker count."""
+        return cls.shards_checkpoint
 
     # What the launcher and the batch arithmetic ask of a strategy before any worker starts
     # (class methods: no world yet), so that neither names one.
@@ -145,6 +159,11 @@ class Strategy:
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Take the optimizer built over the wrapped model's parameters and return the one the
         loop steps (a sharded strategy splits its state across the ranks)."""
+        return optimizer
+
+    def optimizer_part(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer over this rank's part of the state, for a sharded checkpoint
+        (``shards_checkpoint``): the one the loop steps, unless that one only delegates."""
         return optimizer
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:

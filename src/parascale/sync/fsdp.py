@@ -20,11 +20,6 @@ from parascale.errors import UsageError
 from parascale.sync.base import Strategy, unwrap
 from parascale.sync.options import Option
 
-#: why checkpoints are refused (the state lives in shards on every rank)
-NO_CHECKPOINTS = ("keeps each rank's part of the state; its checkpoints are not written yet "
-                  "(checkpoint with --sync allreduce or zero)")
-
-
 def units(model: nn.Module) -> list[nn.Module]:
     """The submodules to shard as units of their own, before the model itself: the items of
     every ModuleList (a transformer's blocks), else the model's children that hold parameters.
@@ -56,6 +51,7 @@ class FSDP(Strategy):
     so it counts as compute in the step phases; the update is local to each rank's shards."""
 
     name = "fsdp"
+    shards_checkpoint = True  # each rank writes its shards; any worker count reads them
     exchanges_every_step = True
     declares = (Option("stage", "FSDP: 3 shards the parameters too, freeing them after forward "
                        "and gathering them again in backward; 2 keeps them gathered from "
@@ -68,8 +64,6 @@ class FSDP(Strategy):
         stage = cfg.sync_options.get("stage", 3)
         if stage not in (2, 3):
             return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
-        if cfg.checkpoint_every is not None or cfg.resume:
-            return f"--sync {cls.name} {NO_CHECKPOINTS}"
         if cfg.clip_grad_norm is not None:
             return ("--sync fsdp shards the gradients: each rank's norm is of its shard alone, "
                     "so --clip-grad-norm would clip by the wrong norm; leave it out")

@@ -25,6 +25,7 @@ class Zero(AllReduce):
     parameters to the others, are the "optimizer" phase."""
 
     name = "zero"
+    shards_checkpoint = True  # each rank writes its optimizer part; any worker count reads it
     # gradients travel uncompressed: the allreduce options stay allreduce's
     declares: tuple[Option, ...] = ()  # type: ignore[assignment]
 
@@ -50,14 +51,10 @@ class Zero(AllReduce):
         self._sharded = rebuild(optimizer)
         return self._sharded
 
-    def state_dict(self) -> dict:
-        """Collective: gathers every rank's part of the optimizer state on rank 0, whose
-        ``optimizer.state_dict()`` the checkpoint then keeps whole (``replicas_agree``); on
-        resume each rank's ``load_state_dict`` takes its own part of it again."""
-        sharded = getattr(self, "_sharded", None)
-        if sharded is not None:
-            sharded.consolidate_state_dict(to=0)
-        return {}
+    def optimizer_part(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        # ZeroRedundancyOptimizer steps its local optimizer over this rank's parameters; that
+        # one's state, keyed by parameter name, is what another partition can be made from
+        return getattr(optimizer, "optim", optimizer)
 
     def options(self) -> dict:
         return {**super().options(), "sharded": self.world.size > 1, "stage": 1}

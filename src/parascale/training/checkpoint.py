@@ -5,6 +5,16 @@ One checkpoint is two files in ``DIR/checkpoints``::
     step-00000120.pt     torch.save of the run's state; read back with weights_only=True
     step-00000120.json   its manifest: step, epoch, size and SHA-256 of the .pt, the config
 
+or, under a strategy whose ranks each hold a part of the state (``Strategy.shards_checkpoint``),
+a folder and its manifest::
+
+    step-00000120/       every rank's part (torch.distributed.checkpoint, training/sharded.py)
+                         and run.pt: the rest of the run's state, as in the .pt above
+    step-00000120.json   the same manifest, with the size and SHA-256 of every file in the folder
+
+The folder is filled under a temporary name and renamed once whole; everything below holds
+for it as for the .pt, file by file.
+
 Each is written atomically (a temporary file in the same folder, fsync, rename), the .pt
 first; the folder is fsynced after each rename. A checkpoint counts only when its manifest
 exists, reads, and its .pt has the size and SHA-256 the manifest states: a kill between the
@@ -12,14 +22,14 @@ two renames leaves a .pt without manifest (ignored), and a truncated or corrupte
 the checksum, so :func:`newest` says so and takes the one before. So does a checkpoint whose
 checksum matches but whose manifest or state is not what a run writes (a bug, a hand edit, a
 forgery): the manifest is read within limits and checked against :data:`MANIFEST`, the state's
-outline against :data:`STATE`, before a run takes it. Only rank 0 writes. A full
-disk is one line (:class:`~parascale.errors.NoSpace`) and leaves the earlier checkpoints as
-they were: nothing is pruned before a checkpoint is whole.
+outline against :data:`STATE`, before a run takes it. Only rank 0 writes (every rank writes
+its part of a sharded one). A full disk is one line (:class:`~parascale.errors.NoSpace`) and
+leaves the earlier checkpoints as they were: nothing is pruned before a checkpoint is whole.
 
 The .pt is torch's own format, loadable without parascale (``torch.load(p, weights_only=True)``):
-tensors, numbers, strings, lists and dicts only. ``torch.distributed.checkpoint`` is not used:
-its gain is sharded state written by every rank in parallel (FSDP, tensor parallelism), and
-here every rank holds a whole model; it would also bring no checksum.
+tensors, numbers, strings, lists and dicts only. ``torch.distributed.checkpoint`` is used only
+where ranks hold parts: its gain is sharded state written by every rank in parallel and
+resharding, and where every rank holds a whole model it would add files and no checksum.
 """
 from __future__ import annotations
 
@@ -28,6 +38,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +48,14 @@ import torch
 
 from parascale import safejson
 from parascale.errors import NoSpace
-from parascale.files import atomic_write, no_space
+from parascale.files import atomic_write, no_space, no_space_named
 
 FORMAT = "parascale.checkpoint/1"
 FOLDER = "checkpoints"
 LOG_NAME = "log.txt"  # the unfinished run's console log, beside its checkpoints
-_NAME = re.compile(r"step-(\d{8,})\.pt")
-_OURS = re.compile(r"step-\d{8,}\.(pt|json)|" + re.escape(LOG_NAME))  # written or removed here
+_NAME = re.compile(r"step-(\d{8,})(\.pt)?")  # no suffix: a sharded checkpoint's folder
+_OURS = re.compile(r"step-\d{8,}(\.pt|\.json)?|" + re.escape(LOG_NAME))  # written or removed here
+STATE_FILE = "run.pt"  # in a sharded checkpoint's folder: what the .pt holds elsewhere
 CHUNK = 1 << 20
 MANIFEST_BYTES = 4 << 20  # a manifest is a few KB: its configuration and a few numbers
 
@@ -51,6 +63,9 @@ MANIFEST_BYTES = 4 << 20  # a manifest is a few KB: its configuration and a few 
 MANIFEST: dict[str, Any] = {
     "format": (str,), "step": (int,), "epoch": (int,), "world_size": (int,), "config": {},
     "bytes": (int,), "sha256": (str,)}
+#: fields a manifest may have: a folder's files (name: bytes and SHA-256), and the batch and
+#: learning rate it trained with (what a run on another number of workers must keep)
+OPTIONAL: dict[str, Any] = {"files": {}, "global_batch": (int,), "effective_lr": (int, float)}
 #: the outline of the state that resuming reads (training/state.py), every part required but
 #: ``shared`` (the model and optimizer when every rank holds the same, else each rank's own)
 STATE: dict[str, Any] = {
@@ -84,9 +99,14 @@ class Found:
         return self.path.with_suffix(".json")
 
     @property
+    def sharded(self) -> bool:
+        """A folder of every rank's part (training/sharded.py), not one .pt."""
+        return self.path.suffix != ".pt"
+
+    @property
     def label(self) -> str:
         """``checkpoints/step-00000120.pt``: how records and messages name it."""
-        return f"{self.path.parent.name}/{self.path.name}"
+        return f"{self.path.parent.name}/{self.path.name}{'/' if self.sharded else ''}"
 
 
 class _Hashing:
@@ -137,16 +157,80 @@ def save(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, Any
         _atomic(path, write_state)
         facts = {"format": FORMAT, "step": step, **manifest,
                  "bytes": hashed[0].size, "sha256": hashed[0].sha.hexdigest()}
-        text = json.dumps(facts, indent=2) + "\n"
-        try:
-            _atomic(path.with_suffix(".json"), lambda handle: handle.write(text.encode()))
-        except NoSpace:
-            path.unlink(missing_ok=True)  # never counted without its manifest: give the room back
-            raise
+        _write_manifest(path, facts, lambda: path.unlink(missing_ok=True))
     except NoSpace as exc:
-        raise no_space(path, exc, "the checkpoints before it are as they were; free some "
-                       "space and continue the run with --resume") from exc
+        raise no_space(path, exc, KEPT) from exc
     return Found(path, step, facts)
+
+
+KEPT = "the checkpoints before it are as they were; free some space and continue the run with " \
+    "--resume"
+
+
+def _write_manifest(path: Path, facts: dict[str, Any], undo: Callable[[], None]) -> None:
+    """The manifest of checkpoint ``path``, written last: it makes the checkpoint count."""
+    text = json.dumps(facts, indent=2) + "\n"
+    try:
+        _atomic(path.with_suffix(".json"), lambda handle: handle.write(text.encode()))
+    except NoSpace:
+        undo()  # never counted without its manifest: give the room back
+        raise
+
+
+def temporary(folder: Path, step: int) -> Path:
+    """Where every rank writes its part of sharded checkpoint ``step`` before it is whole."""
+    return folder / f".{name(step)}.tmp"
+
+
+def file_facts(path: Path) -> dict[str, Any]:
+    """A file's size and SHA-256, as a sharded checkpoint's manifest lists them."""
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _listing_digest(files: dict[str, dict[str, Any]]) -> str:
+    """One SHA-256 over a folder's listing (names, sizes, checksums): the manifest's ``sha256``
+    for a folder, so that it vouches for the set of files as for each one."""
+    text = "".join(f"{n} {f['bytes']} {f['sha256']}\n" for n, f in sorted(files.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def commit(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, Any],
+           files: dict[str, dict[str, Any]]) -> Found:
+    """Rank 0's end of a sharded checkpoint, once every rank's part is in
+    :func:`temporary`: write ``state`` there as run.pt, hash what no rank has hashed yet
+    (``files`` holds what the ranks did), rename the folder to its name, then its manifest."""
+    tmp, path = temporary(folder, step), folder / name(step)
+    try:
+        with no_space_named(tmp / STATE_FILE), open(tmp / STATE_FILE, "wb") as handle:
+            writer = _Hashing(handle)
+            torch.save(state, writer)
+            handle.flush()
+            os.fsync(handle.fileno())
+        files = {**files, STATE_FILE: {"bytes": writer.size, "sha256": writer.sha.hexdigest()}}
+        for left in sorted(set(os.listdir(tmp)) - set(files)):  # DCP's .metadata, rank 0's
+            files[left] = file_facts(tmp / left)
+        _fsync_folder(tmp)
+        _remove(path.with_suffix(".json"))  # one a failed attempt left at this step, if any
+        _remove(path)
+        os.rename(tmp, path)
+        _fsync_folder(folder)
+        facts = {"format": FORMAT, "step": step, **manifest, "files": files,
+                 "bytes": sum(f["bytes"] for f in files.values()),
+                 "sha256": _listing_digest(files)}
+        _write_manifest(path, facts, lambda: _remove(path))
+    except NoSpace as exc:
+        _remove(tmp)
+        raise no_space(path, exc, KEPT) from exc
+    return Found(path, step, facts)
+
+
+def _remove(path: Path) -> None:
+    """A checkpoint's file or folder gone (nothing when it is not there)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def listing(folder: Path) -> list[Found]:
@@ -166,7 +250,13 @@ def in_the_way(folder: Path) -> list[Path]:
         names = sorted(os.listdir(folder))
     except OSError:
         return []
-    return [folder / n for n in names if _OURS.fullmatch(n) and not (folder / n).is_file()]
+    return [folder / n for n in names if _OURS.fullmatch(n) and not (
+        (folder / n).is_dir() if _is_folder_name(n) else (folder / n).is_file())]
+
+
+def _is_folder_name(name: str) -> bool:
+    """A sharded checkpoint's name (a folder), not a file's."""
+    return _NAME.fullmatch(name) is not None and not name.endswith(".pt")
 
 
 def _sha256(path: Path) -> str:
@@ -196,7 +286,7 @@ def _read_manifest(found: Found) -> dict[str, Any] | str:
         manifest = safejson.load(found.manifest_path, max_bytes=MANIFEST_BYTES)
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             return f"its manifest is not a {FORMAT} manifest"
-        safejson.check_types(manifest, MANIFEST)
+        safejson.check_types(manifest, {**MANIFEST, **OPTIONAL})
     except safejson.Refused as exc:
         return f"its manifest is {'unreadable' if exc.kind == 'unreadable' else 'invalid'} ({exc})"
     lacking = _missing(manifest, {k: None for k in MANIFEST})
@@ -214,6 +304,9 @@ def verify(found: Found) -> Found:
         found.problem = manifest
         return found
     found.manifest = manifest
+    if found.sharded:
+        found.problem = _folder_problem(found.path, manifest)
+        return found
     try:
         size = found.path.stat().st_size
         if size != manifest["bytes"]:
@@ -225,6 +318,33 @@ def verify(found: Found) -> Found:
     return found
 
 
+def _folder_problem(path: Path, manifest: dict[str, Any]) -> str | None:
+    """What is wrong with a sharded checkpoint's folder against its manifest (None: nothing):
+    exactly the files it lists, each of its size and checksum."""
+    files = manifest.get("files")
+    if not isinstance(files, dict) or STATE_FILE not in files or not all(
+            isinstance(f, dict) and isinstance(f.get("bytes"), int)
+            and isinstance(f.get("sha256"), str) for f in files.values()):
+        return "its manifest does not list its files with their sizes and checksums"
+    if manifest["sha256"] != _listing_digest(files):
+        return "its manifest's list of files does not match its SHA-256 checksum"
+    try:
+        present = set(os.listdir(path))
+        if lacking := sorted(set(files) - present):
+            return f"it lacks {lacking[0]} (the write did not finish, or it was damaged)"
+        if extra := sorted(present - set(files)):
+            return f"it holds {extra[0]}, which its manifest does not list"
+        for file, facts in sorted(files.items()):
+            size = (path / file).stat().st_size
+            if size != facts["bytes"]:
+                return f"its {file} has {size:,} bytes where its manifest says {facts['bytes']:,}"
+            if _sha256(path / file) != facts["sha256"]:
+                return f"its {file}'s SHA-256 checksum does not match its manifest (corrupted)"
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    return None
+
+
 def state_problem(saved: Any, manifest: dict[str, Any]) -> str | None:
     """What is wrong with the loaded state of a checkpoint with ``manifest`` (None: nothing)."""
     if not isinstance(saved, dict):
@@ -234,9 +354,12 @@ def state_problem(saved: Any, manifest: dict[str, Any]) -> str | None:
         safejson.check_types(saved, STATE)
     except safejson.Refused as exc:
         return f"its state is malformed ({exc})"
-    needs = {k: v for k, v in STATE.items() if k != "shared" or saved["replicas_agree"]}
+    # a sharded checkpoint keeps the model and optimizer beside the state (training/sharded.py)
+    sharded = saved.get("sharded") is True
+    needs = {k: v for k, v in STATE.items()
+             if k != "shared" or (saved["replicas_agree"] and not sharded)}
     lacking = _missing(saved, needs)
-    if lacking is None and not saved["replicas_agree"]:
+    if lacking is None and not saved["replicas_agree"] and not sharded:
         lacking = next((f"ranks.{r}.{gap}" for r, part in enumerate(saved["ranks"])
                         if (gap := _missing(part, STATE["shared"]))), None)
     if lacking is None:
@@ -263,6 +386,10 @@ def inspect(found: Found) -> Found:
         found.problem = f"torch cannot load it ({type(exc).__name__}: {first})"
         return found
     found.problem = state_problem(saved, found.manifest or {})
+    if found.problem is None and found.sharded:
+        from parascale.training import dcp_metadata  # torch.distributed.checkpoint: only here
+
+        found.problem = dcp_metadata.metadata_problem(found.path)
     epochs = saved["progress"].get("epochs") if found.problem is None else None
     last = epochs[-1] if isinstance(epochs, list) and epochs else None
     if isinstance(last, dict) and last.get("partial") is True and \
@@ -298,12 +425,11 @@ def prune(folder: Path, keep: int, current: int) -> list[Path]:
     mine = [f for f in present if f.step <= current]
     for found in past + mine[:max(0, len(mine) - keep)]:
         for path in (found.manifest_path, found.path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            if os.path.lexists(path):
+                _remove(path)
                 removed.append(path)
-    for leftover in folder.glob(".step-*.tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            leftover.unlink()
+    for leftover in folder.glob(".step-*.tmp"):  # a file (atomic_write's) or a sharded folder
+        _remove(leftover)
     return removed
 
 
@@ -312,4 +438,6 @@ def load(found: Found | Path) -> dict[str, Any]:
     but tensors and plain values can come out of the file) and memory-mapped, so that a rank
     pages in only the parts it uses."""
     path = found.path if isinstance(found, Found) else Path(found)
+    if path.suffix != ".pt":  # a sharded checkpoint: the model and optimizer stay in DCP's files
+        path = path / STATE_FILE
     return torch.load(path, map_location="cpu", weights_only=True, mmap=True)

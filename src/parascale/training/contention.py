@@ -34,9 +34,10 @@ class CpuWatch:
         self.host, self.local_rank = host, local_rank
         self.reader = local_rank == 0
         self.key = float(zlib.crc32(host.encode()))  # exact in a float64: groups ranks by host
+        self._own_cpu = machine.OwnCpu()
 
     def _own(self) -> float:
-        own = machine.own_cpu_s()
+        own = self._own_cpu()
         return own + machine.cpu_s(os.getppid()) if self.reader else own
 
     def _counters(self) -> tuple[float, float, float]:

@@ -3,8 +3,10 @@
 ``--checkpoint-every N`` is due after every step whose number N divides; ``Ne`` after every
 epoch whose number N divides. A step checkpoint that falls on an epoch's last step is written
 after the epoch's entry (and evaluation) instead, so that a resume starts the next epoch with
-the finished one recorded. Writing is collective (every rank's state is gathered); rank 0 writes
-the files, removes the ones beyond ``--keep``, and says one line; every rank waits for that.
+the finished one recorded. Writing is collective (every rank's state is gathered; under a sharded
+strategy every rank also writes its part of the model and optimizer, training/sharded.py);
+rank 0 writes the files, removes the ones beyond ``--keep``, and says one line; every rank
+waits for that.
 """
 from __future__ import annotations
 
@@ -48,12 +50,20 @@ class Keeper:
         """Collective: checkpoint the run at ``position``; the seconds it took (every rank)."""
         started = time.perf_counter()
         saved = state.capture(run, position, epoch_part, generator)
-        if saved is not None:  # rank 0
-            manifest = {"epoch": position["epoch"], "step_in_epoch": position["done"],
-                        "total_steps": self.plan.total_steps, "world_size": self.world.size,
-                        "sync": self.cfg.sync, "written": now(), "parascale": VERSION,
-                        "torch": torch.__version__, "config": self.cfg.to_dict()}
+        derived = self.plan.derived
+        manifest = {"epoch": position["epoch"], "step_in_epoch": position["done"],
+                    "total_steps": self.plan.total_steps, "world_size": self.world.size,
+                    "global_batch": derived.global_batch, "effective_lr": derived.effective_lr,
+                    "sync": self.cfg.sync, "written": now(), "parascale": VERSION,
+                    "torch": torch.__version__, "config": self.cfg.to_dict()}
+        found: checkpoint.Found | None = None
+        if run.strategy.shards_checkpoint:  # every rank writes its part
+            from parascale.training import sharded
+
+            found = sharded.write(run, self.folder, position["step"], saved, manifest)
+        elif saved is not None:  # rank 0
             found = checkpoint.save(self.folder, position["step"], saved, manifest)
+        if found is not None:  # rank 0
             checkpoint.prune(self.folder, self.keep, position["step"])
             self.last, self.bytes = found.label, found.manifest["bytes"]
             where = (f"epoch {position['epoch']} after its step {position['done']}"

@@ -9,6 +9,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,12 +28,13 @@ from parascale.runtime.faults import Faults
 from parascale.training import checkpoint, console, resume, state
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
+from parascale.training.board import STEP_SPLIT, open_board
 from parascale.training.contention import CpuWatch, epoch_load
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.evaluate import evaluate
 from parascale.training.judging import epoch_line, time_to_target
 from parascale.training.keeper import Keeper
-from parascale.training.measure import LossTally, StepClock, steady
+from parascale.training.measure import PHASES, LossTally, StepClock, steady
 from parascale.training.memory_split import MemorySplit
 from parascale.training.noise import NoiseScale
 from parascale.training.profiling import Profiler
@@ -113,6 +115,8 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
         progress.epochs.append(entry)
         if world.is_main:
             print(epoch_line(entry, run.plan, run.task), flush=True)
+        if run.board is not None:
+            run.board.epoch(entry)
         progress.tta = time_to_target(cfg, run.task, entry, progress.tta)
         stop = bool(cfg.stop_at_target and progress.tta and progress.tta["reached"])
         if not stop and run.judge is not None and run.judge.stop(entry):
@@ -125,6 +129,8 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
         if stop:
             break
     run.profiler.close()
+    if run.board is not None:
+        run.board.close()
     if world.is_main and (said := run.noise.line()):
         print(said, flush=True)
     run.strategy.finish()
@@ -196,7 +202,8 @@ def _set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
               StepClock(device), cpu, Profiler(cfg, world),
               NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,
               tuning_s=tuning_s, judge=Judge.from_env(world), choice=choice, flops=measured,
-              memory=MemorySplit(enabled=not cfg.compile))
+              memory=MemorySplit(enabled=not cfg.compile),
+              board=open_board(cfg.tensorboard, world.is_main))
     folder = resume.checkpoints_of(cfg)
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
@@ -279,7 +286,7 @@ def _epoch(run: Run, epoch: int, part: dict | None = None) -> tuple[dict, list[l
     run.clock.flush()
     rows = run.clock.restart()
     entry = _epoch_entry(epoch, count, plan, (epoch_time, cpu_time), losses.total(), world,
-                         rate, run.cpu.end_epoch(), epoch in progress.warm)
+                         rate, run.cpu.end_epoch(), epoch in progress.warm, rows)
     entry.update(run.noise.end_epoch(epoch))
     if run.profiler.covers(first_step, progress.step):
         entry["profiled"] = True  # slowed by the profiler: left out of the steady figures
@@ -359,21 +366,28 @@ def _step(run: Run, batches, losses: LossTally) -> float:
 
 def _epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],
                  loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float],
-                 warmup: bool) -> dict:
+                 warmup: bool, rows: Sequence[list[float]] = ()) -> dict:
     """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank
     and each rank's CPU time (``times``: this rank's); what else used the CPUs meanwhile
-    (``cpu``: this rank's ``CpuWatch.end_epoch``)."""
+    (``cpu``: this rank's ``CpuWatch.end_epoch``); the mean step split over every rank's steps
+    (``rows``: this rank's step rows of the epoch; every rank gives them, or none does)."""
     epoch_time, cpu_time = times
     samples = steps * plan.derived.global_batch
     totals = torch.stack([loss_sum, torch.tensor(float(samples) / world.size,
                                                  dtype=torch.float64, device=loss_sum.device)])
     dist.all_reduce(totals)
-    mine = torch.tensor([epoch_time, cpu_time, *cpu], dtype=torch.float64,
+    # the step split rides in the gather the epoch makes anyway: no collective of its own
+    sums = [sum(column) for column in zip(*rows)] if rows else [0.0] * (len(PHASES) + 1)
+    mine = torch.tensor([epoch_time, cpu_time, len(rows), *sums, *cpu], dtype=torch.float64,
                         device=loss_sum.device)
     gathered = [torch.zeros_like(mine) for _ in range(world.size)]
     dist.all_gather(gathered, mine)
     per_rank = [float(g[0]) for g in gathered]
-    other, steal = epoch_load([g[2:].tolist() for g in gathered])
+    first_cpu = 3 + len(sums)
+    other, steal = epoch_load([g[first_cpu:].tolist() for g in gathered])
+    counted = sum(float(g[2]) for g in gathered)
+    split = {part: sum(float(g[3 + i]) for g in gathered) / counted
+             for i, part in enumerate((*PHASES, "step"))} if counted else None
     train_loss = float(totals[0] / totals[1])  # finite: every step's loss was checked
     wall = max(per_rank)
     return {"epoch": epoch, "warmup": warmup, "steps": steps,
@@ -382,7 +396,7 @@ def _epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],
             "cpu_time_s_per_rank": [float(g[1]) for g in gathered], "samples": samples,
             "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
             "test_loss": None, "test_accuracy": None, "lr": rate,
-            "other_cores": other, "steal_cores": steal}
+            "other_cores": other, "steal_cores": steal, STEP_SPLIT: split}
 
 
 def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle, task: tasks.Task) -> None:

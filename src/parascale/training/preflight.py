@@ -69,6 +69,8 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
     if cfg.sync_batchnorm and device_type != "cuda":
         raise UsageError("--sync-batchnorm needs CUDA devices (torch's SyncBatchNorm runs only "
                          "on GPUs); leave it out on CPU workers")
+    if cfg.tensorboard:
+        check_writable_folder(cfg.tensorboard, "--tensorboard")
     if cfg.out:
         check_writable_folder(cfg.out)
         resume.check_folder(cfg)

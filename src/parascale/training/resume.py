@@ -13,6 +13,7 @@ checkpoints. Without a usable checkpoint it starts from the beginning, and says 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ from parascale.training import checkpoint
 
 #: settings a resumed run may change: where and how it runs, how long, what it measures. Every
 #: other one shapes the trajectory and must be the checkpoint's. The world size is compared
-#: apart (``workers`` is resolved, and ``gpus`` may name other devices of the same count).
+#: apart (``workers`` is resolved, and ``gpus`` may name other devices of the same count), and
+#: so are the batch settings when it changes (:data:`PER_WORLD`).
 MAY_DIFFER = frozenset({
     "out", "port", "timeout", "max_restarts", "checkpoint_every", "keep", "resume", "save_model",
     "oversubscribe", "verify_data", "download", "data_dir", "loader_workers", "threads",
@@ -36,6 +38,9 @@ MAY_DIFFER = frozenset({
     "stop_at_target", "workers", "gpus",
     "profile", "noise_scale", "peak_tflops",  # they measure, and change nothing saved
 })
+#: what a run on another number of workers gives otherwise to train with the same global batch
+#: and learning rate (they are compared instead, as the batch arithmetic derives them)
+PER_WORLD = frozenset({"batch_size", "global_batch", "base_batch"})
 
 
 @dataclass
@@ -54,7 +59,7 @@ class Choice:
 
     @property
     def label(self) -> str:
-        return f"{Path(self.path).parent.name}/{Path(self.path).name}"
+        return checkpoint.Found(Path(self.path), self.step).label
 
     def entry(self) -> dict[str, Any]:
         """The record's ``resumed`` item (docs/record.md)."""
@@ -114,7 +119,8 @@ def check_folder(cfg: TrainConfig) -> None:
                          "live in a folder of that name; move it away or choose another --out")
     check_writable_folder(folder, "the checkpoints folder")
     for path in checkpoint.in_the_way(folder):
-        what = "a folder" if path.is_dir() else "not a regular file"
+        what = "not a folder" if path.suffix == "" and path.name.startswith("step-") else \
+            "a folder" if path.is_dir() else "not a regular file"
         raise UsageError(f"--out {cfg.out}: {path} is {what}, where the run writes its "
                          f"{'log' if path.name == checkpoint.LOG_NAME else 'checkpoints'}; "
                          "remove it or choose another --out")
@@ -124,11 +130,12 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
              cut_short: int | None = None) -> str | None:
     """Why this run cannot continue from a checkpoint with ``manifest``, or None.
     ``cut_short``: the epoch the checkpoint's run ended in the middle of (``Found.cut_short``)."""
-    if manifest.get("world_size") != size:
-        return (f"it was written by {manifest.get('world_size')} workers and this run has "
-                f"{size}; the data order, each rank's state and the strategy's depend on it")
+    resized = manifest.get("world_size") != size
+    if resized and (why := _fixed_size(manifest, cfg, size)):
+        return why
     theirs, mine = manifest.get("config") or {}, cfg.to_dict()
-    differ = [name for name in mine if name not in MAY_DIFFER and name in theirs
+    may_differ = MAY_DIFFER | PER_WORLD if resized else MAY_DIFFER
+    differ = [name for name in mine if name not in may_differ and name in theirs
               and json.dumps(theirs[name], sort_keys=True) != json.dumps(mine[name],
                                                                          sort_keys=True)]
     if differ:
@@ -145,6 +152,37 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
         # the loop would go on from the next epoch: the rest of this one never trained
         return (f"its run ended after step {manifest['step']}, in the middle of epoch "
                 f"{cut_short}, and a longer run would leave the rest of that epoch untrained")
+    return None
+
+
+def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | None:
+    """Why a checkpoint of ``manifest`` cannot continue on ``size`` workers, its world size
+    being another, or None. Only one of a strategy that says it can (``resumes_resized``: each
+    rank's part is read back as the new world lays the state out, or the state is whole once),
+    and only with the global batch and learning rate it was written with (which older
+    checkpoints do not state): the data order is then the same, each step's samples split
+    otherwise."""
+    from parascale import sync
+    from parascale.batch import derive
+
+    before = manifest.get("world_size")
+    kind = sync.strategy_of(cfg)
+    if not kind.resumes_resized(cfg) or manifest.get("global_batch") is None:
+        return (f"it was written by {before} workers and this run has {size}; the data order, "
+                "each rank's state and the strategy's depend on it (checkpoints of --sync "
+                "allreduce, zero and fsdp resume on any number)")
+    derived = derive(cfg, size, kind.replicas_per_device(cfg))
+    if derived.global_batch != manifest["global_batch"]:
+        return (f"it was written with a global batch of {manifest['global_batch']} and this "
+                f"run's on {size} worker(s) is {derived.global_batch}; give --global-batch "
+                f"{manifest['global_batch']}")
+    lr = manifest.get("effective_lr")
+    if lr is not None and not math.isclose(derived.effective_lr, lr, rel_tol=1e-9):
+        # the scaling rule's base batch is the per-device batch unless given
+        base = (manifest.get("config") or {}).get("base_batch") or \
+            manifest["global_batch"] // (before * cfg.accumulate)
+        return (f"it was written with a learning rate of {lr:g} and this run's on {size} "
+                f"worker(s) is {derived.effective_lr:g}; give --base-batch {base}")
     return None
 
 

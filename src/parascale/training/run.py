@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from parascale.runtime import World
     from parascale.runtime.faults import Faults
     from parascale.sync.base import Strategy
+    from parascale.training.board import Board
     from parascale.training.contention import CpuWatch
     from parascale.training.divergence import DivergenceWatch
     from parascale.training.keeper import Keeper
@@ -103,6 +104,7 @@ class Run:
     choice: Choice | None = None  # the checkpoint this attempt continued from
     flops: dict | None = None  # the model's counted FLOPs and the devices' peaks (flops.py)
     memory: MemorySplit = field(default_factory=MemorySplit)  # held bytes by category
+    board: Board | None = None  # --tensorboard's event files, on rank 0
 
 
 @dataclass

@@ -6,7 +6,10 @@ What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
   the steps of it done (0 at an epoch's start). The data order is a pure function of (seed,
   epoch) and the learning rate of the step, so nothing else about them needs keeping.
 - ``shared``: the model and optimizer (and gradient scaler) when every rank holds the same
-  (``Strategy.replicas_agree``); otherwise each rank's own are in ``ranks``.
+  (``Strategy.replicas_agree``); otherwise each rank's own are in ``ranks``. Under a strategy
+  whose ranks hold parts of them (``Strategy.shards_checkpoint``, ``sharded`` True), the model
+  and optimizer are in the files every rank writes beside it (training/sharded.py), and
+  ``shared`` holds the gradient scaler alone.
 - ``ranks``: per rank, the strategy's state (``Strategy.state_dict``), every RNG state (torch's
   global CPU and CUDA generators, numpy's, Python's, and the epoch's augmentation generator,
   seeded per rank), and what the epoch in progress has measured (loss sum, time, step rows).
@@ -20,6 +23,7 @@ divergence check has decided every step so far, so a checkpoint never holds a di
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,14 +94,14 @@ def capture(run: Run, position: dict[str, int], epoch_part: dict[str, Any] | Non
     ``epoch_part``: this rank's measurements of the epoch in progress (None at an epoch's end).
     """
     run.divergence.settle(final=True)  # every step so far decided finite
-    agree = run.strategy.replicas_agree
+    agree, sharded = run.strategy.replicas_agree, run.strategy.shards_checkpoint
     mine: dict[str, Any] = {
         "strategy": _cpu(run.strategy.state_dict()),  # collective for some strategies
         "rng": rng_states(run.world.device, generator),
         "epoch_part": _cpu(epoch_part),
         "rows": {epoch: _rows(rows) for epoch, rows in run.progress.rows.items()},
     }
-    if not agree:
+    if not agree and not sharded:
         mine.update(_trained(run))
     gathered: list[Any] | None = [None] * run.world.size if run.world.is_main else None
     if run.world.size > 1:
@@ -106,8 +110,9 @@ def capture(run: Run, position: dict[str, int], epoch_part: dict[str, Any] | Non
         gathered = [mine]
     if not run.world.is_main:
         return None
-    return {"position": dict(position), "replicas_agree": agree,
-            "shared": _trained(run) if agree else None, "ranks": gathered,
+    shared = {"scaler": _scaler(run)} if sharded else _trained(run) if agree else None
+    return {"position": dict(position), "replicas_agree": agree, "sharded": sharded,
+            "shared": shared, "ranks": gathered,
             "progress": run.progress.state_dict()}
 
 
@@ -125,17 +130,27 @@ def _load_model(module: nn.Module, saved: dict[str, torch.Tensor]) -> None:
 def _trained(run: Run) -> dict[str, Any]:
     return {"model": _cpu(_model_state(unwrap(run.net))),
             "optimizer": _cpu(run.optimizer.state_dict()),
-            "scaler": None if run.scaler is None else run.scaler.state_dict()}
+            "scaler": _scaler(run)}
 
 
-def restore(run: Run, saved: dict[str, Any]) -> dict[str, Any]:
+def _scaler(run: Run) -> dict[str, Any] | None:
+    return None if run.scaler is None else run.scaler.state_dict()
+
+
+def restore(run: Run, saved: dict[str, Any], where: Path) -> dict[str, Any]:
     """Put this rank's model, optimizer, scaler, strategy state and RNGs back (collective, for
-    the strategies that talk to their servers); return this rank's part of the checkpoint."""
-    rank = run.world.rank
-    mine = _owned(saved["ranks"][rank])
-    trained = _owned(saved["shared"]) if saved["replicas_agree"] else mine
-    _load_model(unwrap(run.net), trained["model"])
-    run.optimizer.load_state_dict(trained["optimizer"])
+    the strategies that talk to their servers and for sharded ones); return this rank's part of
+    the checkpoint. ``where``: the checkpoint (a sharded one's folder holds the model)."""
+    mine = _mine(saved["ranks"], run.world.rank, run.world.size)
+    if saved.get("sharded"):
+        from parascale.training import sharded
+
+        sharded.load(run, where)
+        trained = _owned(saved["shared"])
+    else:
+        trained = _owned(saved["shared"]) if saved["replicas_agree"] else mine
+        _load_model(unwrap(run.net), trained["model"])
+        run.optimizer.load_state_dict(trained["optimizer"])
     if run.scaler is not None and trained["scaler"] is not None:
         run.scaler.load_state_dict(trained["scaler"])
     run.strategy.load_state_dict(mine["strategy"])
@@ -144,12 +159,27 @@ def restore(run: Run, saved: dict[str, Any]) -> dict[str, Any]:
     return mine
 
 
+def _mine(ranks: list[dict[str, Any]], rank: int, size: int) -> dict[str, Any]:
+    """This rank's part of a checkpoint written by ``len(ranks)`` ranks. On another number of
+    workers (``Strategy.resumes_resized``: resume.mismatch lets no other change it) rank r
+    takes the RNGs, timings and strategy state of rank r mod N_before, and the epoch in
+    progress is shared out again: its loss sum evenly (the epoch's loss is their sum over the ranks), and
+    its gradient noise measurements dropped (each rank's batch, which they are of, changed)."""
+    mine = _owned(ranks[rank % len(ranks)])
+    part = mine["epoch_part"]
+    if len(ranks) != size and part is not None:
+        total = sum(float(r["epoch_part"]["loss_sum"]) for r in ranks)
+        mine["epoch_part"] = {**part, "loss_sum": torch.tensor(total / size, dtype=torch.float64),
+                              "noise": None}
+    return mine
+
+
 def continue_run(run: Run, saved: dict[str, Any], choice: Choice) -> None:
     """Take the run up where checkpoint ``saved`` left it: state (collective, see
     :func:`restore`), position, what the record needs, and one line on rank 0."""
     from parascale.runtime import env
 
-    mine = restore(run, saved)
+    mine = restore(run, saved, Path(choice.path))
     progress, position = run.progress, saved["position"]
     progress.load_state_dict(saved["progress"])
     progress.position, progress.step = dict(position), int(position["step"])
