@@ -335,7 +335,7 @@ def _memory(groups, labels, colors):
     ax.set_ylim(bottom=0)
     ax.set_ylabel("peak memory per device (MiB)")
     ax.set_title("Peak memory per device by number of workers")
-    ax.legend()
+    ax.legend(loc="lower right")  # the peaks sit high above a zero axis
     if split:
         _split_bars(axes[1][0], split, labels, colors)
     return (fig, "memory", "Memory per device",
