@@ -181,13 +181,16 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
                      f"{model.strategy.name} exchanges after backward: nothing hides")
     if given is not None:
         return Input("overlap φ", given, "of compute", "given", "--overlap")
-    if model.link.how == "measured":
+    # FSDP's exchange runs inside forward and backward, which its records count as compute: no
+    # exposed sync to measure φ from
+    if model.link.how == "measured" and model.strategy.name != "fsdp":
         measured = [r for r in records if r.sync == model.strategy.name and r.workers > 1]
         if measured:
             picks = []
             for r in measured:
                 p = phases(r)
-                expected = model.comm(r.workers) + model.wait(r.workers)
+                expected = model.comm(r.workers) * model.strategy.hideable + \
+                    model.wait(r.workers)
                 picks.append((overlap_from(p.sync_s, expected, p.compute_s), p))
             phi = median(x for x, _ in picks)
             ns = sorted({p.record.workers for _, p in picks})

@@ -160,8 +160,9 @@ class Model:
 
     def exposed(self, n: int, batch: float) -> float:
         c = self.comm(n)
-        if self.strategy.overlaps:
-            return max(0.0, c - self.overlap * self.compute(n, batch))
+        if self.strategy.overlaps:  # what follows the update (ZeRO-1's broadcast) never hides
+            hidden = c * self.strategy.hideable
+            return max(0.0, hidden - self.overlap * self.compute(n, batch)) + c - hidden
         return c
 
     def step(self, n: int, batch: float) -> float:
