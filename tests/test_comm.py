@@ -47,6 +47,7 @@ def test_comm_on_two_workers_prints_a_table_and_writes_its_record(tmp_path):
     for r in results:
         # a time, not a speed claim: no upper bound that a loaded machine could break
         assert 0 < r["time_s"] < math.inf and r["time_s"] == max(r["time_s_per_rank"])
+        assert 0 < r["mean_s"] < math.inf and r["mean_s"] == max(r["mean_s_per_rank"])
         assert r["algbw_bytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"])
         assert r["busbw_bytes_per_s"] == pytest.approx(r["algbw_bytes_per_s"] *
                                                        bus_factor(r["op"], 2))

@@ -32,6 +32,20 @@ def test_fit_recovers_alpha_and_beta(n):
     assert link.correction(1 << 20) == pytest.approx(1.0)  # the line is exact: nothing to correct
 
 
+def test_fit_takes_the_mean_iteration_where_the_record_has_it():
+    # a busy machine's preempted iterations: the means twice the medians; a step pays the mean
+    record = comm_record(2, ALPHA, BETA)
+    for row in record["results"]:
+        row["mean_s"] = 2 * row["time_s"]
+    link = fit_comm(record)
+    assert link.alpha_s == pytest.approx(2 * ALPHA, rel=1e-6)
+    assert link.beta_s_per_byte == pytest.approx(2 * BETA, rel=1e-6)
+    assert link.fit["statistic"] == "mean" and "mean iteration" in link.source
+    # a record made before mean_s: the medians, as before
+    older = fit_comm(comm_record(2, ALPHA, BETA))
+    assert older.alpha_s == pytest.approx(ALPHA, rel=1e-6) and older.fit["statistic"] == "median"
+
+
 def test_fit_never_negative_and_correction_follows_measurement():
     # times that fall with size below 64K would give a negative β; a steep top gives α < 0
     rows = [("allreduce", 2, 1024.0, 1e-3), ("allreduce", 2, 65536.0, 0.9e-3)]

@@ -76,7 +76,7 @@ def test_page_says_what_was_run_and_what_failed(report):
 def test_images_are_embedded_png_data_uris(report):
     page = report.read_text()
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(images) == 7  # six scaling plots and the comparison of the two models
+    assert len(images) == 8  # seven scaling plots (memory too) and the comparison of the models
     for data in images:
         assert base64.b64decode(data)[:8] == PNG_MAGIC
     for name in ("summary.csv", "summary.md", "throughput.png", "comparison.svg"):
@@ -101,7 +101,7 @@ def _probe(page: Path, tmp_path: Path) -> tuple[dict, list[str]]:
 @pytest.mark.slow
 def test_page_loads_in_chromium_without_errors_and_renders(report, tmp_path):
     findings, console = _probe(report, tmp_path)
-    assert findings == {"images": 7, "undecoded": 0, "errors": []}
+    assert findings == {"images": 8, "undecoded": 0, "errors": []}
     assert console == []
     shot = tmp_path / "screenshot.png"
     result = run_chromium(tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1200,3000",

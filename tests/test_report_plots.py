@@ -12,7 +12,8 @@ from conftest import record, write_study
 from helpers import record_at
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SCALING_PLOTS = {"epoch_time", "throughput", "speedup", "efficiency", "accuracy", "step_time"}
+SCALING_PLOTS = {"epoch_time", "throughput", "speedup", "efficiency", "accuracy", "step_time",
+                 "memory"}
 
 
 def _check_files(out: Path, names: set[str]) -> None:
@@ -73,7 +74,8 @@ def test_plots_without_step_times_or_accuracy_are_left_out(tmp_path):
         for epoch in rec["epochs"]:
             epoch["test_accuracy"] = None
     rows = summary_rows(load_records([write_study(tmp_path / "s", recs)]).records)
-    assert {p.name for p in make_plots(rows)} == {"epoch_time", "throughput", "speedup", "efficiency"}
+    assert {p.name for p in make_plots(rows)} == {"epoch_time", "throughput", "speedup", "efficiency",
+                                                  "memory"}
     assert make_plots([]) == []
 
 

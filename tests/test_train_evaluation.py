@@ -55,6 +55,12 @@ def test_record_has_warmup_schedule_time_to_accuracy_and_phases(train_run):
     assert set(phases) == {"data", "compute", "sync", "optimizer", "step"}
     assert record["steps"]["count"] == 2 * sum(e["steps"] for e in epochs[1:])
     assert [r["rank"] for r in record["steps"]["per_rank"]] == [0, 1]
+    # the work outside the exchange, for predict's wait: both ranks' steps, their quantiles
+    # from the fastest to the slowest, and the wait measured from the same steps on each rank
+    work = record["steps"]["work"]
+    assert work["quantiles"] == sorted(work["quantiles"]) and len(work["quantiles"]) == 41
+    assert work["quantiles"][0] <= work["mean"] <= work["quantiles"][-1]
+    assert work["wait_s"] >= 0 and all(r["work_mean_s"] > 0 for r in record["steps"]["per_rank"])
     assert len(record["memory"]["peak_bytes_per_rank"]) == 2
 
 

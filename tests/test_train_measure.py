@@ -83,12 +83,31 @@ def test_step_summary_pools_every_rank_and_keeps_each_rank_apart():
     assert summary["phases"]["data"]["max"] == 3.0
     # rank 0 alone: 10 and 20, p95 at index 0.95 = 10 + 0.95·10; a rank without steps has none
     assert summary["per_rank"] == [
-        {"rank": 0, "steps": 2, "step_p50_s": 15.0, "step_p95_s": pytest.approx(19.5)},
-        {"rank": 1, "steps": 1, "step_p50_s": 30.0, "step_p95_s": 30.0},
-        {"rank": 2, "steps": 0, "step_p50_s": None, "step_p95_s": None}]
+        {"rank": 0, "steps": 2, "step_p50_s": 15.0, "step_p95_s": pytest.approx(19.5),
+         "work_mean_s": 11.0},  # steps less sync: 7 and 15
+        {"rank": 1, "steps": 1, "step_p50_s": 30.0, "step_p95_s": 30.0, "work_mean_s": 29.0},
+        {"rank": 2, "steps": 0, "step_p50_s": None, "step_p95_s": None, "work_mean_s": None}]
 
 
 def test_step_summary_of_no_steps_has_no_figures():
     summary = step_summary([[], []], excluded="none")
     assert summary["count"] == 0
     assert all(value is None for value in summary["phases"].values())
+
+
+def test_step_summary_keeps_the_work_distribution_and_the_wait():
+    # rows are [data, compute, sync, optimizer, step]; work = step − sync: rank 0 10 then 30,
+    # rank 1 20 then 20; per step the slower is 20 then 30, so rank 0 waits 10 then 0, rank 1
+    # 0 then 10: 5 on average
+    rank0 = [[1.0, 5.0, 5.0, 4.0, 15.0], [1.0, 25.0, 0.0, 4.0, 30.0]]
+    rank1 = [[1.0, 15.0, 0.0, 4.0, 20.0], [1.0, 15.0, 10.0, 4.0, 30.0]]
+    work = step_summary([rank0, rank1], excluded="none")["work"]
+    assert work["mean"] == 20.0 and work["std"] == pytest.approx((50.0) ** 0.5)
+    assert work["wait_s"] == 5.0
+    quantiles = work["quantiles"]
+    assert len(quantiles) == 41 and quantiles == sorted(quantiles)
+    assert (quantiles[0], quantiles[20], quantiles[-1]) == (10.0, 20.0, 30.0)
+    # one rank waits for no one; ranks with different step counts are not compared step by step
+    assert step_summary([rank0], excluded="none")["work"]["wait_s"] is None
+    assert step_summary([rank0, rank1[:1]], excluded="none")["work"]["wait_s"] is None
+    assert step_summary([[], []], excluded="none")["work"] is None

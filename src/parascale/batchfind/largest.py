@@ -8,21 +8,30 @@ SHARE_OF_FREE = 0.5  # the CPU budget without --memory-limit: of the memory avai
 
 
 def largest(cfg, gpu: int | None, budget: int | None, max_batch: int, why: str = "",
-            share: int = 1):
+            share: int = 1, workers: int | None = None):
     """Search ``cfg``'s model and data (already checked) on GPU ``gpu`` or on the CPU within
     ``budget``, printing each probe; (the search, the device, the limit). ``share``: the
-    workers the training set is split between (each one's batch must fit its share)."""
+    workers the training set is split between (each one's batch must fit its share).
+    ``workers``: each probe trains on that many workers with ``cfg.sync`` (and ``cfg.gpus``),
+    so the batch is the one that fits that strategy's memory layout (:mod:`.sharded`)."""
     from parascale import batchfind
+    from parascale.batchfind.sharded import probe_by_training
 
     device = "cpu" if gpu is None else f"cuda:{gpu}"
     where = f"GPU {gpu}" if gpu is not None else f"CPU, budget {gib(budget)}{why}"
+    if workers is not None:
+        where = (f"GPUs {','.join(map(str, cfg.gpus))}" if cfg.gpus else
+                 f"CPU, {workers} workers, budget {gib(budget)} each{why}")
+        where += f", --sync {cfg.sync}" + "".join(f" {k}={v}" for k, v in cfg.sync_options.items())
+        share = workers
     task, what, samples = _task(cfg) if cfg.task is not None else _builtin(cfg)
     print(f"parascale find-batch: {what}, {where}", flush=True)
     limit = max(1, min(max_batch, samples // share))
     task.update(device=device, budget=budget)
     with tempfile.TemporaryDirectory(prefix="parascale-probe-") as folder:
-        found = batchfind.search(batchfind.probe_in_child(task, folder), budget, limit=limit,
-                                 report=show)
+        try_batch = probe_by_training(cfg, workers, budget) if workers is not None else \
+            batchfind.probe_in_child(task, folder)
+        found = batchfind.search(try_batch, budget, limit=limit, report=show)
     return found, device, limit
 
 

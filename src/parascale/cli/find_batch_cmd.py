@@ -5,9 +5,12 @@ import argparse
 import json
 import math
 import re
+from typing import Any
 
 from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
-from parascale.digits import INT_RE, ascii_float, ascii_int
+from parascale.batchfind.sharded import SYNCS
+from parascale.cli.options import _key_value
+from parascale.digits import INT_RE, ascii_float, ascii_int, int_list
 from parascale.errors import UsageError
 
 DESCRIPTION = """\
@@ -20,6 +23,11 @@ CPU, when its peak resident memory is over the budget (--memory-limit; default h
 free now), and a probe whose peak, extrapolated from the smaller ones, would be over the budget
 is not started at all. Prints the largest batch, its peak memory, and the global batch and
 learning rate it gives on 1, 2, 4, ... devices.
+
+With --sync zero or fsdp (or allreduce, to compare), each probe is two real training steps on
+--workers N processes (default 2; or the --gpus listed) with that strategy, so the batch is the
+one that fits its memory layout: sharded state leaves room for a larger batch. On the CPU
+--memory-limit is each worker's budget (default half the memory free now, over the workers).
 """
 MAX_DEVICES = 10 ** 7
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -46,7 +54,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--dataset", default="digits", metavar="NAME")
     parser.add_argument("--data-dir", metavar="DIR")
     parser.add_argument("--image-size", type=ascii_int, metavar="S")
-    parser.add_argument("--gpus", type=ascii_int, metavar="ID", help="search on this CUDA device")
+    parser.add_argument("--gpus", type=_gpu_ids, metavar="ID[,ID...]",
+                        help="search on this CUDA device (with --sync: these devices)")
+    parser.add_argument("--sync", choices=SYNCS, metavar="S",
+                        help="train each probe on --workers N with this strategy's memory layout: "
+                        + ", ".join(SYNCS) + " (default: one process, unsharded)")
+    parser.add_argument("--sync-option", type=_key_value, action="append", metavar="KEY=VALUE",
+                        help="the strategy's option, as train takes it (fsdp: stage=2 or 3)")
+    parser.add_argument("--workers", type=ascii_int, metavar="N",
+                        help="with --sync on the CPU: the workers each probe trains on "
+                        "(default 2)")
     parser.add_argument("--memory-limit", type=parse_memory, metavar="SIZE",
                         help="the CPU budget, e.g. 4GB (default: half the memory free now)")
     parser.add_argument("--max-batch", type=ascii_int, default=1 << 16, metavar="B",
@@ -75,10 +92,13 @@ def run(args: argparse.Namespace) -> int:
     if (args.model is None) == (args.task is None):
         raise UsageError("find-batch: give --model NAME (a model of the registry) or --task "
                          "package.module:function, one of them")
+    workers = _workers(args)
     cfg = TrainConfig(model=args.model or "smallcnn", dataset=args.dataset,
                       data_dir=args.data_dir, task=args.task,
                       image_size=args.image_size, lr=args.lr, lr_scaling=args.lr_scaling,
-                      gpus=None if args.gpus is None else (args.gpus,))
+                      gpus=args.gpus, sync=args.sync or "allreduce",
+                      sync_options=dict(args.sync_option or []),
+                      workers=workers if args.gpus is None else None)
     validate(cfg)
     if cfg.task is None:  # a task is loaded and tried once before the search (largest)
         models.check(cfg.model)
@@ -100,10 +120,13 @@ def run(args: argparse.Namespace) -> int:
                             "(--memory-limit sets its budget)")
     if args.out:
         _check_out(args.out)
+    share = workers or 1
     budget = None if args.gpus is not None else \
-        args.memory_limit or int(SHARE_OF_FREE * psutil.virtual_memory().available)
-    found, device, limit = largest(cfg, args.gpus, budget, args.max_batch,
-                                   "" if args.memory_limit else " (half the memory free now)")
+        args.memory_limit or int(SHARE_OF_FREE * psutil.virtual_memory().available / share)
+    found, device, limit = largest(
+        cfg, None if args.gpus is None else args.gpus[0], budget, args.max_batch,
+        "" if args.memory_limit else " (half the memory free now"
+        + (f", over {share} workers)" if share > 1 else ")"), workers=workers)
     best = found.best
     if best is None:
         print("not even a batch of 1 fits" + (f" in {gib(budget)}" if budget else ""))
@@ -119,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
         table.append({"devices": n, "global_batch": n * best.batch, "lr": lr})
         print(f"  {n:>7}  {n * best.batch:>12}  {lr:g}")
     if args.out:
-        what = {"task": cfg.task} if cfg.task else {"model": cfg.model, "dataset": cfg.dataset}
+        what: dict[str, Any] = {"task": cfg.task} if cfg.task else \
+            {"model": cfg.model, "dataset": cfg.dataset}
+        if workers is not None:
+            what.update(sync=cfg.sync, sync_options=cfg.sync_options, workers=workers)
         result = {**what, "device": device,
                   "budget_bytes": budget, "batch": best.batch, "peak_bytes": best.peak_bytes,
                   "limit": limit, "probes": [p.__dict__ for p in found.probes], "table": table}
@@ -127,6 +153,33 @@ def run(args: argparse.Namespace) -> int:
 
         atomic_write_text(Path(args.out), json.dumps(result, indent=1))
     return 0
+
+
+def _gpu_ids(text: str) -> tuple[int, ...]:
+    return int_list(text, "GPU ids such as 0 or 0,1")
+
+
+def _workers(args: argparse.Namespace) -> int | None:
+    """The workers each probe trains on (None: today's one-process probe), checked."""
+    if args.gpus == ():
+        raise UsageError("--gpus: expected GPU ids such as 0 or 0,1, got none")
+    gpus = args.gpus or ()
+    if args.sync is None:
+        given = "--workers" if args.workers is not None else \
+            "--sync-option" if args.sync_option else "two --gpus" if len(gpus) > 1 else None
+        if given:
+            raise UsageError(f"find-batch: {given} belongs to a search under a strategy; give "
+                             f"--sync {'|'.join(SYNCS)} too (without it, one process on one "
+                             "device is searched)")
+        return None
+    if gpus and args.workers is not None:
+        raise UsageError("find-batch: with --gpus the workers are the GPUs listed; leave out "
+                         "--workers")
+    workers = len(gpus) if gpus else (2 if args.workers is None else args.workers)
+    if workers < 2:
+        raise UsageError(f"find-batch --sync {args.sync} needs 2 or more workers, got {workers}: "
+                         "on one nothing is sharded (leave out --sync to search one process)")
+    return workers
 
 
 def _devices(text: str) -> list[int]:

@@ -69,8 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            "or --comm measured on one node)")
     what = parser.add_argument_group("what to predict")
     what.add_argument("--sync", metavar="S",
-                      help="allreduce, tree, reduce-broadcast, parameter-server, local-sgd, sma "
-                           "(default: the records' own)")
+                      help="allreduce, tree, reduce-broadcast, parameter-server, local-sgd, "
+                           "sma, zero, fsdp (its stage: the records', else 3) (default: the "
+                           "records' own)")
     what.add_argument("--ps-servers", type=ascii_int, default=1, metavar="K",
                       help="parameter servers (default: the records', else 1)")
     what.add_argument("--period", type=ascii_int, default=1, metavar="H",

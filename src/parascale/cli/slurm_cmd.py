@@ -110,21 +110,13 @@ def echo(line: str) -> None:
     print(line, flush=True)
 
 
-# ---- train --------------------------------------------------------------------------------
-
-def train_script(args: argparse.Namespace):
-    """(script text, out folder, Slurm options) for ``slurm train``; UsageError for bad input."""
+def _job_config(args: argparse.Namespace, opts, default_out) -> tuple[dict, int, int]:
+    """The run's settings as a job's tasks will have them: one worker per task, the threads
+    Slurm gives each, CUDA where GPUs are asked for, and --out made absolute (the job runs
+    elsewhere) or ``default_out(cfg)``; with the job's nodes and tasks per node."""
     from parascale.cli.options import config_from_args
-    from parascale.run_summary import default_out
-    from parascale.cluster.script import (Script, file_pattern, job_name, layout,
-                                          options_from_args, render, train_flags)
-    from parascale.config import TrainConfig
-    from parascale.validation import validate
-    from parascale.files import check_writable_folder
-    from parascale.runtime.world import devices_elsewhere
+    from parascale.cluster.script import layout
 
-    opts = options_from_args(args)  # its own words for --time, --setup, --python first
-    check_values(args)
     cfg = config_from_args(args)
     if cfg.get("gpus") is not None:
         raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G "
@@ -135,6 +127,24 @@ def train_script(args: argparse.Namespace):
     if opts.gpus_per_node:
         cfg["device"] = "cuda"
     cfg["out"] = os.path.abspath(cfg.get("out") or default_out(cfg))
+    return cfg, nodes, per_node
+
+
+# ---- train --------------------------------------------------------------------------------
+
+def train_script(args: argparse.Namespace):
+    """(script text, out folder, Slurm options) for ``slurm train``; UsageError for bad input."""
+    from parascale.run_summary import default_out
+    from parascale.cluster.script import (Script, file_pattern, job_name, options_from_args,
+                                          render, train_flags)
+    from parascale.config import TrainConfig
+    from parascale.validation import validate
+    from parascale.files import check_writable_folder
+    from parascale.runtime.world import devices_elsewhere
+
+    opts = options_from_args(args)  # its own words for --time, --setup, --python first
+    check_values(args)
+    cfg, nodes, per_node = _job_config(args, opts, default_out)
     with devices_elsewhere():  # the GPUs are on the nodes, not necessarily here
         checked = TrainConfig.from_dict(cfg)
         validate(checked)
@@ -173,10 +183,9 @@ def script_job(args: argparse.Namespace):
     """(script text, out folder, Slurm options) for ``slurm run script.py``: the job runs
     ``parascale run`` on every task, which joins srun's world; UsageError for bad input."""
     from parascale.bench.scripts import SCRIPT, SCRIPT_ARGS, check_job, command_tail, run_options
-    from parascale.cli.options import config_from_args
     from parascale.cli.run_cmd import script_and_args
-    from parascale.cluster.script import (Script, file_pattern, job_name, layout,
-                                          options_from_args, render, train_flags)
+    from parascale.cluster.script import (Script, file_pattern, job_name, options_from_args,
+                                          render, train_flags)
     from parascale.config import TrainConfig
     from parascale.files import check_writable_folder
     from parascale.runtime.world import devices_elsewhere
@@ -194,16 +203,7 @@ def script_job(args: argparse.Namespace):
         raise UsageError(f"{mistaken} comes after {script.name}, so it would go to the script, "
                          f"not to Slurm: give it before the script, or write -- after "
                          f"{script.name} to pass it to the script")
-    cfg = config_from_args(args)
-    if cfg.get("gpus") is not None:
-        raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G "
-                         "(one task per GPU, each on cuda:<local rank>)")
-    nodes, per_node = layout(cfg.get("workers"), opts)
-    cfg["workers"] = nodes * per_node
-    cfg.setdefault("threads", opts.cpus_per_task)
-    if opts.gpus_per_node:
-        cfg["device"] = "cuda"
-    cfg["out"] = os.path.abspath(cfg.get("out") or f"runs/{script.stem}-slurm")
+    cfg, nodes, per_node = _job_config(args, opts, lambda cfg: f"runs/{script.stem}-slurm")
     with devices_elsewhere():
         validate(TrainConfig.from_dict(cfg))
         check_job(cfg, {"script": str(script)})

@@ -22,6 +22,7 @@ from parascale.record import environment, now
 METHOD = ("per operation and size: warm-up iterations, then timed iterations (each one from "
           "its call to its completion, with the device synchronised on GPUs); time_s is the "
           "largest over ranks of each rank's median iteration; algbw = bytes / time_s; "
+          "mean_s: the same with each rank's mean iteration; "
           "busbw = algbw * bus_factor (nccl-tests); all_gather bytes = the gathered output")
 
 
@@ -76,18 +77,23 @@ def measure(cfg: CommConfig, world: World) -> list[dict]:
             # every rank must run the same number of iterations: agree on the slowest estimate
             iterations = iterations_for(_max_over_ranks(warm[-1], world.device), cfg)
             dist.barrier()
-            mine = statistics.median(_timed(collective, cuda) for _ in range(iterations))
-            per_rank = [torch.zeros(1, dtype=torch.float64, device=world.device)
+            timed = [_timed(collective, cuda) for _ in range(iterations)]
+            # the median is the link; the mean is what a training step pays on average, the
+            # iterations a busy machine preempted included (predict fits to it)
+            mine = [statistics.median(timed), statistics.fmean(timed)]
+            per_rank = [torch.zeros(2, dtype=torch.float64, device=world.device)
                         for _ in range(world.size)]
-            dist.all_gather(per_rank, torch.tensor([mine], dtype=torch.float64,
+            dist.all_gather(per_rank, torch.tensor(mine, dtype=torch.float64,
                                                    device=world.device))
-            times = [float(t) for t in per_rank]
+            times = [float(t[0]) for t in per_rank]
+            means = [float(t[1]) for t in per_rank]
             slowest = max(times)
             factor = bus_factor(op, world.size)
             algbw = collective.bytes / slowest if slowest > 0 else 0.0
             results.append({"op": op, "bytes": collective.bytes, "dtype": "float32",
                             "iterations": iterations, "warmup": max(1, cfg.warmup),
                             "time_s": slowest, "time_s_per_rank": times,
+                            "mean_s": max(means), "mean_s_per_rank": means,
                             "algbw_bytes_per_s": algbw, "bus_factor": factor,
                             "busbw_bytes_per_s": algbw * factor})
             del collective

@@ -28,7 +28,7 @@ from statistics import median
 
 from parascale import precision
 from parascale.errors import UsageError
-from parascale.predict import costs, gradient, limits
+from parascale.predict import costs, gradient, limits, wait
 from parascale.predict.interconnect import Link
 from parascale.predict.model import Input, Model, Work, overlap_from
 from parascale.report.load import RunRecord
@@ -47,6 +47,8 @@ class Phases:
     sync_s: float
     other_s: float  # optimizer and the rest of the step
     spread_s: float  # σ of the step time, from its p50 and p95
+    shape: tuple[float, ...] = ()  # the per-step work's quantiles less their mean (newer records)
+    samples: int = 0  # the steps behind them
 
 
 def phases(record: RunRecord) -> Phases:
@@ -79,7 +81,25 @@ def phases(record: RunRecord) -> Phases:
         p50, p95 = (limits.field(record.path, f"steps.phases.step.{q}", v, 0, limits.MAX_SECONDS,
                                  "seconds") for q, v in (("p50", p50), ("p95", p95)))
         spread = max(0.0, (p95 - p50) / 1.645)
-    return Phases(record, int(batch), compute, sync, other, spread)
+    shape, samples = work_shape(record)
+    return Phases(record, int(batch), compute, sync, other, spread, shape, samples)
+
+
+def work_shape(record: RunRecord) -> tuple[tuple[float, ...], int]:
+    """The record's per-step work quantiles (``steps.work.quantiles``) less their mean, and the
+    steps behind them; ((), 0) for a record made before parascale kept them."""
+    quantiles = record.get("steps", "work", "quantiles")
+    if not isinstance(quantiles, list) or len(quantiles) < 2:
+        return (), 0
+    values = [limits.field(record.path, f"steps.work.quantiles[{i}]", q, 0, limits.MAX_SECONDS,
+                           "seconds") for i, q in enumerate(quantiles)]
+    if values != sorted(values):
+        raise UsageError(f"{record.path}: steps.work.quantiles do not ascend; predict needs the "
+                         "quantiles of the per-step work, lowest first")
+    count = record.get("steps", "count")
+    samples = int(limits.field(record.path, "steps.count", count, 1, limits.MAX_COUNT ** 2,
+                               "steps")) if count is not None else 0
+    return tuple(wait.centred(values)), samples
 
 
 def usable(records: list[RunRecord]) -> list[RunRecord]:
@@ -161,13 +181,16 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
                      f"{model.strategy.name} exchanges after backward: nothing hides")
     if given is not None:
         return Input("overlap φ", given, "of compute", "given", "--overlap")
-    if model.link.how == "measured":
+    # FSDP's exchange runs inside forward and backward, which its records count as compute: no
+    # exposed sync to measure φ from
+    if model.link.how == "measured" and model.strategy.name != "fsdp":
         measured = [r for r in records if r.sync == model.strategy.name and r.workers > 1]
         if measured:
             picks = []
             for r in measured:
                 p = phases(r)
-                expected = model.comm(r.workers) + model.wait(r.workers)
+                expected = model.comm(r.workers) * model.strategy.hideable + \
+                    model.wait(r.workers)
                 picks.append((overlap_from(p.sync_s, expected, p.compute_s), p))
             phi = median(x for x, _ in picks)
             ns = sorted({p.record.workers for _, p in picks})
@@ -235,8 +258,9 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
     size = gradient_size(records, given_bytes)
     buckets = bucket_count(records, size.value) if strategy.overlaps else 1
     spread = median(p.spread_s for p in refs)
+    shape, samples = reference_shape(refs)
     model = Model(work, size.value, strategy, link, 0.0, buckets, intra, per_node,
-                  spread_s=spread)
+                  spread_s=spread, work_shape=shape, work_samples=samples)
     phi = overlap(records, model, given_overlap)
     model.overlap = phi.value
     other = Input("other(b)", f"{work.other_s * 1e3:.4g} ms", "", "measured",
@@ -260,13 +284,35 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
                           "DDP's buckets: 1 MiB first, then the record's bucket_mb" if
                           strategy.overlaps else "one exchange"),
                     *links, phi,
-                    Input("step spread σ", f"{spread * 1e3:.3g} ms", "", "measured",
-                          "(p95 - p50) / 1.645 of the steady step times at "
-                          f"{refs[0].record.workers} worker(s); the wait for the slowest of N "
-                          "devices, σ·g(N), assumes them normal and independent")]
+                    spread_input(model, spread, refs)]
     noise = noise_scale(records, given_noise, notes)
     if noise is not None:
         model.noise_scale = noise.value
         model.inputs.append(noise)
     return model
 
+
+
+def reference_shape(refs: list[Phases]) -> tuple[tuple[float, ...], int]:
+    """The reference records' work shape, quantile by quantile the median; () when one of them
+    has none (an older record): then the wait falls back to σ, for all alike."""
+    shapes = [p.shape for p in refs]
+    if not shapes or any(len(s) != len(shapes[0]) or not s for s in shapes):
+        return (), 0
+    return tuple(median(column) for column in zip(*shapes)), min(p.samples for p in refs)
+
+
+def spread_input(model: Model, spread: float, refs: list[Phases]) -> Input:
+    """How the wait for the slowest device is known: measured quantiles, or σ from p50/p95."""
+    n = refs[0].record.workers
+    if model.work_shape:
+        return Input("wait for the slowest", f"{model.wait(2) * 1e3:.3g} ms at N=2, "
+                     f"{model.wait(8) * 1e3:.3g} ms at N=8", "", "measured",
+                     f"E[max of N] - mean of the per-step work's {len(model.work_shape)} "
+                     f"quantiles (steps.work) over {model.work_samples} steps at {n} worker(s), "
+                     "devices taken as independent; beyond that many devices, grown as a "
+                     "normal's")
+    return Input("step spread σ", f"{spread * 1e3:.3g} ms", "", "measured",
+                 f"(p95 - p50) / 1.645 of the steady step times at {n} worker(s); the wait for "
+                 "the slowest of N devices, σ·g(N), assumes them normal and independent "
+                 "(records older than steps.work)")

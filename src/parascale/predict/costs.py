@@ -17,6 +17,13 @@ exchange*; a strategy that exchanges every H steps is amortised by :func:`per_st
   ``2(G−1)α_i + 2((G−1)/G)·S·β_i + 2(m−1)α_e + 2((m−1)/m)·(S/G)·β_e``. One node is the flat ring
   on the intra link; one device per node the flat ring on the inter link.
 
+Sharded strategies (Rajbhandari et al. 2020; docs/predict.md) move the same ring passes, each
+``(n−1)α + ((n−1)/n)·S·β``: ZeRO stage 1 as torch runs it, DDP's allreduce (2 passes, hidden
+behind backward like allreduce's) and then each rank's updated parameters broadcast to the
+others (1 pass, after backward); FSDP stage 2 an all-gather of the parameters in forward and a
+reduce-scatter of the gradients in backward (2 passes, allreduce's bytes); stage 3 gathers the
+parameters again in backward (3 passes, 1.5x stage 2).
+
 With n = 1 every exchange costs 0: one device training alone has nothing to exchange, which is
 the reference every speedup is measured against.
 """
@@ -79,25 +86,51 @@ class Strategy:
     """Parameter servers (parameter-server only)."""
     algorithm: str = "ring"
     """ring | tree | reduce-broadcast | parameter-server."""
+    passes: float = 2.0
+    """Ring passes of ((n−1)/n)·S per exchange: 2 for an allreduce (reduce-scatter, all-gather),
+    3 for FSDP stage 3, 3 for torch's ZeRO-1 (its broadcast of the updated parameters)."""
+    after: float = 0.0
+    """Of ``passes``, those that follow the update and never hide (ZeRO-1's broadcast)."""
+    stage: int | None = None
+    """The ZeRO stage of a sharded strategy (1 for zero, 2 or 3 for fsdp)."""
+
+    @property
+    def hideable(self) -> float:
+        """The share of the exchange that may hide behind backward."""
+        return (self.passes - self.after) / self.passes if self.overlaps else 0.0
 
     def describe(self) -> str:
         text = {"ring": "ring allreduce", "tree": "tree reduce + broadcast",
                 "reduce-broadcast": "reduce to one root + broadcast",
                 "parameter-server": f"parameter server, {self.servers} server(s)"}[self.algorithm]
+        if self.stage is not None:
+            text = (f"ZeRO stage {self.stage}, " + {
+                1: "DDP's ring allreduce then a broadcast of the updated parameters",
+                2: "all-gather in forward, reduce-scatter in backward",
+                3: "all-gather in forward and again in backward, reduce-scatter"}[self.stage]
+                + f": {self.passes:g} ring passes of the bytes")
         if self.every > 1:
             text += f", once every {self.every} steps"
-        text += ", overlapped with backward" if self.overlaps else ", after backward"
+        text += ", after backward" if not self.overlaps else \
+            ", overlapped with backward" if not self.after else \
+            f" ({self.passes - self.after:g} overlapped with backward)"
         return f"{self.name} ({text})"
 
 
 # parascale's --sync names, plus "tree" (DDP-like overlap with a tree instead of a ring, as
 # NCCL chooses for small messages on many nodes).
-SYNCS = ("allreduce", "tree", "reduce-broadcast", "parameter-server", "local-sgd", "sma")
+SYNCS = ("allreduce", "tree", "reduce-broadcast", "parameter-server", "local-sgd", "sma", "zero",
+         "fsdp")
 
 
-def strategy(name: str, servers: int = 1, period: int = 1) -> Strategy:
+def strategy(name: str, servers: int = 1, period: int = 1, stage: int = 3) -> Strategy:
+    """``stage``: FSDP's (2 or 3; 3 is its default, as in train)."""
     if name == "allreduce":
         return Strategy(name, overlaps=True)
+    if name == "zero":
+        return Strategy(name, overlaps=True, passes=3, after=1, stage=1)
+    if name == "fsdp":
+        return Strategy(name, overlaps=True, passes=3 if stage == 3 else 2, stage=stage)
     if name == "tree":
         return Strategy(name, overlaps=True, algorithm="tree")
     if name == "reduce-broadcast":
@@ -116,10 +149,10 @@ def exchange_time(s: Strategy, n: int, size: float, link: Link, *, buckets: int 
     With ``per_node`` and ``intra``: rings are hierarchical; the other algorithms run at the
     speed of the slowest link they cross (the inter-node one once n exceeds a node)."""
     hierarchical = per_node is not None and intra is not None
-    if s.algorithm == "ring":
+    if s.algorithm == "ring":  # an allreduce is 2 passes; sharded strategies move s.passes
         if hierarchical:
-            return hierarchical_ring(n, size, intra, link, per_node, buckets)
-        return ring(n, size, link, buckets)
+            return hierarchical_ring(n, size, intra, link, per_node, buckets) * s.passes / 2
+        return ring(n, size, link, buckets) * s.passes / 2
     if hierarchical and n <= per_node:
         link = intra
     if s.algorithm == "tree":

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parascale.errors import UsageError
-from parascale.predict import calibrate, contention, costs, limits, table, utilisation
+from parascale.predict import (calibrate, contention, costs, gradient, limits, table,
+                               utilisation)
 from parascale.predict.compare import Check, checks
 from parascale.predict.interconnect import PRESETS, Link, fit_comm, preset
 from parascale.predict.model import MODES, Model, Point
@@ -153,7 +154,8 @@ def _strategy(opts: Options, records: list[RunRecord]) -> costs.Strategy:
         if opts.period == 1 and isinstance(config.get("period"), int):
             period = int(limits.field(sample.path, "config.period", config["period"], 1,
                                       limits.MAX_COUNT, "steps"))
-    return costs.strategy(name, servers, period)
+    stage = 3 if sample is None else gradient.stage_of(sample)
+    return costs.strategy(name, servers, period, stage)
 
 
 def predict(opts: Options) -> Prediction:

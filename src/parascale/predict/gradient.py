@@ -5,7 +5,8 @@ In order of preference:
 1. given by hand (``--params`` or ``--gradient-bytes``);
 2. read from a record with 2 or more workers: ``derived.bytes_per_step`` is what rank 0 sent by
    the strategy's own count (docs/strategies.md), which inverts to S for allreduce
-   (2(n−1)/n·S), reduce-broadcast ((n−1)·S) and the parameter server (S), compression included;
+   (2(n−1)/n·S), reduce-broadcast ((n−1)·S), the parameter server (S) and the sharded
+   strategies (their ring passes of (n−1)/n·S, costs.py), compression included;
 3. counted: the model is built (without weights, as training builds it) for the record's data
    set shape and its parameters counted, 4 bytes each (fp32 gradients), halved for fp16/bf16
    compression. A one-worker allreduce record sends nothing, so this is how a single-device run
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 
 from parascale.errors import UsageError
-from parascale.predict import limits
+from parascale.predict import costs, limits
 from parascale.report.load import RunRecord
 
 # (channels, height, width) and classes of the built-in data sets, as their loaders build them
@@ -39,14 +40,40 @@ def from_record(record: RunRecord) -> tuple[float, str] | None:
         size = sent / (n - 1)
     elif sync == "parameter-server":
         size = float(sent)
+    elif sync in ("zero", "fsdp"):  # ring passes of (n-1)/n of the bytes (costs.py)
+        size = sent * n / ((n - 1) * costs.strategy(sync, stage=stage_of(record)).passes)
     else:
         return None
     return size, (f"derived.bytes_per_step {sent:.6g} of a {n}-worker {sync} record "
                   f"({record.path}), inverted to the bytes entering the exchange")
 
 
+def stage_of(record: RunRecord) -> int:
+    """An fsdp record's stage (2 or 3; FSDP's default 3 when it does not say)."""
+    for where in ("derived", "config"):
+        stage = record.get(where, "sync_options", "stage")
+        if stage in (2, 3) and not isinstance(stage, bool):
+            return int(stage)
+    return 3
+
+
 def counted(record: RunRecord) -> tuple[float, str] | None:
     """S from the model's parameter count, or None when the shape of its input is unknown."""
+    built = build(record)
+    if built is None:
+        return None
+    params = sum(p.numel() for p in built.parameters() if p.requires_grad)
+    config = record.get("config", default={})
+    factor, note = 4.0, "4 bytes each (fp32 gradients)"
+    if config.get("compression") in ("fp16", "bf16"):
+        factor, note = 2.0, f"2 bytes each ({config['compression']} compression)"
+    return params * factor, (f"{params:,} parameters of {config.get('model')} counted "
+                             f"(built without weights for {config.get('dataset')}), {note}")
+
+
+def build(record: RunRecord):
+    """The record's model, built for its data set's shape (None when that shape is unknown or
+    the model cannot be built here)."""
     config = record.get("config", default={})
     dataset = config.get("dataset")
     if dataset == "synthetic":
@@ -64,25 +91,23 @@ def counted(record: RunRecord) -> tuple[float, str] | None:
     from parascale.models import gpt
 
     sizes = {k: config[k] for k in gpt.OPTIONS if config.get("model") == "gpt" and k in config}
-    params = count_parameters(str(config.get("model")), int(classes), shape, sizes)
-    if params is None:
-        return None
-    factor, note = 4.0, "4 bytes each (fp32 gradients)"
-    if config.get("compression") in ("fp16", "bf16"):
-        factor, note = 2.0, f"2 bytes each ({config['compression']} compression)"
-    return params * factor, (f"{params:,} parameters of {config.get('model')} counted "
-                             f"(built without weights for {dataset}), {note}")
+    return _built(str(config.get("model")), int(classes), shape, sizes)
 
 
 def count_parameters(model: str, classes: int, shape: tuple[int, ...],
                      sizes: dict | None = None) -> int | None:
+    built = _built(model, classes, shape, sizes)
+    return None if built is None else sum(p.numel() for p in built.parameters()
+                                          if p.requires_grad)
+
+
+def _built(model: str, classes: int, shape: tuple[int, ...], sizes: dict | None = None):
     from parascale import models
 
     try:
-        built = models.build(model, classes, tuple(shape), **(sizes or {}))  # type: ignore[arg-type] # build checks it
+        return models.build(model, classes, tuple(shape), **(sizes or {}))  # type: ignore[arg-type] # build checks it
     except Exception:  # noqa: BLE001 - a user model that cannot be built here: ask for --params
         return None
-    return sum(p.numel() for p in built.parameters() if p.requires_grad)
 
 
 def parse_count(text: str, option: str) -> float:

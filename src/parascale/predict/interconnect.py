@@ -168,13 +168,13 @@ def fit_comm(record: Any, where: str = "--comm") -> Link:
         if not isinstance(r, dict) or r.get("op") not in ("allreduce", "all_gather", "broadcast",
                                                           "reduce"):
             continue
-        size, time = r.get("bytes"), r.get("time_s")
+        size, (name, time) = r.get("bytes"), row_time(r)
         if not (_positive(size) and _positive(time)):
             continue  # a row that measured nothing
         rows.append((r["op"], n,
                      limits.field(where, f"results[{i}].bytes", size, 1, limits.MAX_BYTES,
                                   "bytes"),
-                     limits.field(where, f"results[{i}].time_s", time, 1e-12, limits.MAX_SECONDS,
+                     limits.field(where, f"results[{i}].{name}", time, 1e-12, limits.MAX_SECONDS,
                                   "seconds")))
     used = [r for r in rows if r[0] == "allreduce"] or rows
     if len({r[2] for r in used}) < 2:
@@ -190,11 +190,23 @@ def fit_comm(record: Any, where: str = "--comm") -> Link:
            "max_relative_residual": worst, "backend": backend,
            "hosts": env.get("hosts") if isinstance(env.get("hosts"), list) else None,
            "method": "weighted least squares (weights 1/t) of the ring model, alpha, beta >= 0"}
+    means = all(_positive(r.get("mean_s")) for r in results if isinstance(r, dict)
+                and r.get("op") in ops)
+    fit["statistic"] = "mean" if means else "median"
     source = (f"fitted to {len(used)} {'/'.join(ops)} rows of a comm record ({n} workers, "
-              f"{backend}, {_size(sizes[0])}-{_size(sizes[-1])}; worst row off by "
-              f"{worst:.0%})")
+              f"{backend}, {_size(sizes[0])}-{_size(sizes[-1])}, each row's "
+              f"{fit['statistic']} iteration; worst row off by {worst:.0%})")
     times = tuple(sorted((r[2], r[3]) for r in used if r[0] == "allreduce"))
     return Link("measured", alpha, beta, "measured", source, fit, times)
+
+
+def row_time(row: dict) -> tuple[str, Any]:
+    """A comm row's time for the fit: its mean iteration where the record has it (a training
+    step pays the mean exchange, the iterations a busy machine preempted included, as the
+    model's other phases are means), else the median (records before ``mean_s``)."""
+    if _positive(row.get("mean_s")):
+        return "mean_s", row["mean_s"]
+    return "time_s", row.get("time_s")
 
 
 def _positive(value: Any) -> bool:

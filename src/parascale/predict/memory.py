@@ -8,6 +8,17 @@ stage 3 the parameters as well (16Ψ/N). Activations (measured by a run at its p
 come on top, whole on every device. Communication per device and step: 2(N−1)/N of the
 gradients for replicated, stage 1 and stage 2 (allreduce, or reduce-scatter plus all-gather),
 3(N−1)/N at stage 3 (the parameters are gathered again in backward).
+
+Beyond the paper's steady state, FSDP as parascale runs it (sync/fsdp.py) peaks higher, which
+:func:`peak` adds where the largest unit (a transformer block, a layer) is known: backward
+builds one unit's gradients whole before reduce-scattering them, into a buffer of the same size
+(2·G per parameter of the unit); at stage 3 the unit computing and the next one, prefetched, are
+gathered whole (2·P per parameter of the unit); and evaluation keeps every unit gathered (ranks
+may evaluate different numbers of batches, so it must not communicate), beside the parameters'
+and the optimizer state's shards, gradients freed: PΨ + (P + S)Ψ/N. And before training, every
+rank builds the model whole and flops.py counts its FLOPs on a copy through a forward and a
+backward: (2P + G)Ψ, whatever the strategy, which on 2 CPU workers set FSDP's measured peak
+(benchmarks/RESULTS-sharded.md).
 """
 from __future__ import annotations
 
@@ -43,6 +54,51 @@ def per_device(stage: int, psi: float, n: int, b: PerParameter, activations: flo
     split = STAGES[stage][2]
     held = sum(getattr(b, k) / (n if k in split else 1) for k in ("params", "grads", "state"))
     return held * psi + activations
+
+
+def transient(stage: int, b: PerParameter, unit: float) -> float:
+    """Bytes a step of ``stage`` holds beyond its steady state, for a largest unit of ``unit``
+    parameters (see the module's docstring)."""
+    if stage < 2:
+        return 0.0
+    return 2 * b.grads * unit + (2 * b.params * unit if stage == 3 else 0.0)
+
+
+def evaluation(stage: int, psi: float, n: int, b: PerParameter) -> float:
+    """Bytes a device holds while parascale evaluates under fsdp: every parameter gathered."""
+    return b.params * psi + (b.params + b.state) * psi / n if stage >= 2 else 0.0
+
+
+def startup(psi: float, b: PerParameter) -> float:
+    """Bytes every rank holds before training: the model as built, whole, and the FLOP
+    counter's copy of it with its gradients (training/loop.py builds, flops.py counts, and only
+    then does the strategy shard)."""
+    return (2 * b.params + b.grads) * psi
+
+
+def peak(stage: int, psi: float, n: int, b: PerParameter, activations: float = 0.0,
+         unit: float = 0.0) -> float:
+    """The peak of one of ``n`` devices as parascale trains: the steady bytes plus the step's
+    transients, the evaluation's, or the start-up's, whichever is most (on one device nothing
+    is sharded or gathered)."""
+    steady = per_device(stage, psi, n, b, activations)
+    if stage >= 2 and n > 1:
+        steady = max(steady + transient(stage, b, unit), evaluation(stage, psi, n, b))
+    return max(steady, startup(psi, b))
+
+
+def largest_unit(record) -> int | None:
+    """The parameters of the largest unit FSDP would shard ``record``'s model by (its blocks or
+    layers, sync/fsdp.py), counted on the model built without weights; None if it cannot be."""
+    from parascale.predict.gradient import build
+    from parascale.sync.fsdp import units
+
+    model = build(record)
+    if model is None:
+        return None
+    sizes = [sum(p.numel() for p in u.parameters()) for u in units(model)]
+    # the model itself is the last unit, holding what no other does (embeddings, a head)
+    return max([*sizes, sum(p.numel() for p in model.parameters()) - sum(sizes)])
 
 
 def sent_per_step(stage: int, psi: float, n: int, b: PerParameter) -> float:
@@ -84,7 +140,7 @@ def from_record(record) -> tuple[float, PerParameter, float, str]:
 
 
 def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
-          act_words: str, workers: list[int]) -> str:
+          act_words: str, workers: list[int], unit: int | None = None) -> str:
     """The answer and the per-device figures, as printed by ``parascale predict``."""
     memory = memory_gib * 2**30
     lines = [f"memory: {psi:,.0f} parameters; {b.params:g} + {b.grads:g} + {b.state:g} bytes "
@@ -102,9 +158,20 @@ def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
                         f"({sent_per_step(s, psi, n, b) / 2**30:>6.2f})"
                         for s in range(len(STAGES)))
         lines.append(f"  {n:>6}{cells}")
+    if unit is not None:
+        lines.append(f"GiB per device at the peak as parascale runs fsdp (largest unit {unit:,} "
+                     "parameters: its gradients whole and the reduce-scatter's buffer, at stage "
+                     "3 it and the next unit gathered; every parameter gathered at evaluation; "
+                     f"before training the model whole and the FLOP counter's copy, "
+                     f"{startup(psi, b) / 2**30:.2f} GiB):")
+        lines.append("  " + f"{'N':>6}" + "".join(f"{STAGES[s][0]:>12}" for s in (2, 3)))
+        for n in workers:
+            lines.append(f"  {n:>6}" + "".join(
+                f"{peak(s, psi, n, b, activations, unit) / 2**30:>12.2f}" for s in (2, 3)))
     lines.append("  not modelled: DDP's gradient buckets (+ the gradients again under replicated "
-                 "and stage 1), one unit's parameters gathered whole at stage 3, temporaries, "
-                 "and the framework itself")
+                 "and stage 1), " + ("" if unit is not None else
+                                     "FSDP's transients (a record of a model built here gives "
+                                     "them), ") + "temporaries, and the framework itself")
     return "\n".join(lines)
 
 
@@ -133,6 +200,7 @@ def answer(sources: list[str], params: float | None, memory_gib: float, workers:
                          + (f" for --model {model}" if model else "")
                          + "; train with this parascale, or give --params N alone")
     psi, b, activations, words = from_record(usable[0])
-    if params is not None:
-        psi, words = params, words + " (for the record's model, not --params')"
-    return table(psi, memory_gib, b, activations, words, workers)
+    unit = largest_unit(usable[0])
+    if params is not None:  # the record's units are not --params' model's
+        psi, words, unit = params, words + " (for the record's model, not --params')", None
+    return table(psi, memory_gib, b, activations, words, workers, unit)

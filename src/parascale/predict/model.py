@@ -7,7 +7,9 @@ A step on N devices at per-device batch b is
                                               other: optimizer step and the rest of the step)
     compute at N = compute(b)·k(N)           k(N): a study's contention baseline at N (same
                                               processes, no exchange) over compute(b); else 1
-    wait(N) = σ·g(N) / √H                    (waiting for the slowest of N devices)
+    wait(N) = (E[max of N works] − mean) / √H (waiting for the slowest of N devices, from the
+                                              measured per-step work quantiles; older records:
+                                              σ·g(N) / √H, below)
     exposed = max(0, C(N) − φ·compute(b))    for a strategy that overlaps with backward (DDP)
             = C(N)                           for one that exchanges after backward
 
@@ -31,11 +33,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
 from typing import Any
 
 from parascale.predict import costs
+from parascale.predict import wait
 from parascale.predict.interconnect import Link
+from parascale.predict.wait import expected_max
 
 MODES = ("weak", "strong")
 
@@ -114,7 +117,13 @@ class Model:
     per_node: int | None = None
     noise_scale: float | None = None
     spread_s: float = 0.0
-    """σ: standard deviation of one device's per-step compute time."""
+    """σ: standard deviation of one device's per-step compute time (records without
+    ``work_shape``)."""
+    work_shape: tuple[float, ...] = ()
+    """Quantiles (levels 0..1, evenly spaced) of one device's per-step work less its mean, as
+    measured; when present the wait is taken from them (:mod:`parascale.predict.wait`)."""
+    work_samples: int = 0
+    """The steps behind ``work_shape``."""
     contention: dict[int, float] = field(default_factory=dict)
     """Per N: a study's contention baseline's measured compute over the reference compute at
     the same per-device batch (N processes sharing a machine slow each other's compute);
@@ -128,6 +137,9 @@ class Model:
         return self.compute(n, batch) + self.work.other_s
 
     def wait(self, n: int) -> float:
+        if self.work_shape:
+            return wait.wait(self.work_shape, self.work_samples, n) / \
+                math.sqrt(self.strategy.every)
         if n <= 1 or self.spread_s <= 0:
             return 0.0
         return self.spread_s * expected_max(n) / math.sqrt(self.strategy.every)
@@ -148,8 +160,9 @@ class Model:
 
     def exposed(self, n: int, batch: float) -> float:
         c = self.comm(n)
-        if self.strategy.overlaps:
-            return max(0.0, c - self.overlap * self.compute(n, batch))
+        if self.strategy.overlaps:  # what follows the update (ZeRO-1's broadcast) never hides
+            hidden = c * self.strategy.hideable
+            return max(0.0, hidden - self.overlap * self.compute(n, batch)) + c - hidden
         return c
 
     def step(self, n: int, batch: float) -> float:
@@ -179,13 +192,6 @@ class Model:
             return [self.point(mode, n, batch, batch) for n in workers]
         total = global_batch or batch
         return [self.point(mode, n, total / n, total) for n in workers if total / n >= 1]
-
-
-def expected_max(n: int) -> float:
-    """E[max of n standard normals], Blom's approximation (0 for n = 1)."""
-    if n <= 1:
-        return 0.0
-    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
 def overlap_from(measured_exposed_s: float, comm_s: float, compute_s: float) -> float:

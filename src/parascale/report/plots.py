@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 
 from parascale.files import atomic_write_bytes
 from parascale.report import crossbow
-from parascale.report.rows import GroupKey, Range, Row, grouped
+from parascale.report.rows import SPLIT, GroupKey, Range, Row, grouped
 from parascale.report.tables import escaped, loss_text
 
 STYLE: Any = {  # matplotlib types its keys as one Literal per setting
@@ -54,7 +54,7 @@ def make_plots(rows: list[Row]) -> list[Plot]:
     labels = series_labels(list(groups))
     colors = {key: COLORS[i % len(COLORS)] for i, key in enumerate(groups)}
     builders = [_epoch_time, _throughput, _speedup, _efficiency, _lost_efficiency, _accuracy,
-                _step_time, _comparison]
+                _step_time, _memory, _comparison]
     records = [rec for rows_ in groups.values() for row in rows_ for rec in row.records]
     builders += [lambda *_, build=build: build(records, _figure, COLORS)
                  for build in crossbow.BUILDERS]
@@ -305,6 +305,66 @@ def _step_time(groups, labels, colors):
     return (fig, "step_time", "Step-time distribution",
             "Time of one training step (data, forward, backward, optimizer) over every rank, "
             "warm-up epoch excluded. A long box or whisker means stragglers or jitter.")
+
+
+_CATEGORIES = {"parameters_bytes": ("parameters", "////"), "gradients_bytes": ("gradients", "\\\\"),
+               "optimizer_state_bytes": ("optimizer state", ".."),
+               "activations_bytes": ("activations", "")}
+
+
+def _memory(groups, labels, colors):
+    """Memory per device against N, per series (per strategy when a study varies --sync): every
+    rank's peak, and below it what rank 0 held by category, side by side at each N."""
+    shown = {k: [r for r in rows if r.peak_per_rank] for k, rows in groups.items()}
+    shown = {k: rows for k, rows in shown.items() if rows}
+    if not shown:
+        return None
+    split = {k: [r for r in rows if r.memory_split] for k, rows in shown.items()}
+    split = {k: rows for k, rows in split.items() if rows}
+    fig, axes = _figure(7.0, 7.6 if split else 4.4, nrows=2 if split else 1)
+    ax = axes[0][0]
+    mib = 1 << 20
+    for key, rows in shown.items():
+        ax.plot([r.workers for r in rows], [max(r.peak_per_rank) / mib for r in rows],
+                marker="o", color=colors[key], label=f"{labels[key]}: largest rank")
+        ranks = [(r.workers, p / mib) for r in rows for p in r.peak_per_rank]
+        ax.scatter([n for n, _ in ranks], [p for _, p in ranks], marker="_", s=120,
+                   color=colors[key], alpha=0.7)
+    ax.scatter([], [], marker="_", s=120, color="grey", label="each rank")
+    _worker_axis(ax, [r.workers for rows in shown.values() for r in rows])
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("peak memory per device (MiB)")
+    ax.set_title("Peak memory per device by number of workers")
+    ax.legend(loc="lower right")  # the peaks sit high above a zero axis
+    if split:
+        _split_bars(axes[1][0], split, labels, colors)
+    return (fig, "memory", "Memory per device",
+            "Top: each rank's peak memory (resident set on a CPU, the CUDA allocator's peak on "
+            "a GPU; median over the runs), the line through the largest rank's. "
+            + ("Bottom: what rank 0 held after its first step, by category (its shards under "
+               "a sharded --sync), one bar per series at each N; the rest of the peak is the "
+               "interpreter, libraries, buffers and temporaries." if split else ""))
+
+
+def _split_bars(ax, split, labels, colors) -> None:
+    ns = sorted({r.workers for rows in split.values() for r in rows})
+    width = 0.8 / len(split)
+    for i, (key, rows) in enumerate(split.items()):
+        xs = [ns.index(r.workers) + (i - (len(split) - 1) / 2) * width for r in rows]
+        bottom = [0.0] * len(rows)
+        for category in SPLIT:
+            heights = [r.memory_split[category] / (1 << 20) for r in rows]
+            ax.bar(xs, heights, width * 0.9, bottom=bottom, color=colors[key], alpha=0.55,
+                   edgecolor="black", linewidth=0.5, hatch=_CATEGORIES[category][1])
+            bottom = [b + h for b, h in zip(bottom, heights)]
+    for category in SPLIT:
+        ax.bar([0], [0], color="white", edgecolor="black", linewidth=0.5,
+               hatch=_CATEGORIES[category][1], label=_CATEGORIES[category][0])
+    ax.set_xticks(range(len(ns)), labels=[str(n) for n in ns])
+    ax.set_xlabel("workers N (bars: one per series, in the legend's colours above)")
+    ax.set_ylabel("held by rank 0 (MiB)")
+    ax.set_title("What a device holds, by category")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not over them
 
 
 def _median_of(row: Row, stat: str) -> float | None:

@@ -149,6 +149,10 @@ class Row:
     mfu_measured_peak: bool = False  # a CPU's peak, measured by a matrix multiply
     # the steady step's mean seconds by part (data, compute, sync, optimizer), median over runs
     step_split_s: tuple[float, ...] | None = None
+    # memory per device: every rank's peak (median over the runs, rank by rank) and what rank 0
+    # held by category (record's memory.split_per_rank; medians): parameters, gradients, ...
+    peak_per_rank: tuple[float, ...] = ()
+    memory_split: dict[str, float] | None = None
 
     @property
     def per_device_throughput(self) -> float:
@@ -373,6 +377,7 @@ def _row(key: GroupKey, n: int, runs: list[RunRecord], ref_n: int, ref_x: float,
         mfu=_median(_num(r, "summary", "mfu") for r in runs),
         mfu_measured_peak=runs[0].get("flops", "peak_measured") is True,
         step_split_s=_split(runs),
+        peak_per_rank=_peaks_by_rank(runs), memory_split=_memory_split(runs),
     )
 
 
@@ -401,6 +406,38 @@ def _peak(record: RunRecord) -> float | None:
     peaks = [p for p in record.get("memory", "peak_bytes_per_rank", default=[])
              if isinstance(p, (int, float)) and not isinstance(p, bool) and p > 0]
     return float(max(peaks)) if peaks else None
+
+
+#: the categories of a record's memory.split_per_rank, in the order plots stack them
+SPLIT = ("parameters_bytes", "gradients_bytes", "optimizer_state_bytes", "activations_bytes")
+
+
+def _peaks_by_rank(runs: list[RunRecord]) -> tuple[float, ...]:
+    """Each rank's peak, the median over the runs that recorded every rank's."""
+    lists = [r.get("memory", "peak_bytes_per_rank", default=[]) for r in runs]
+    lists = [p for p in lists if isinstance(p, list) and p
+             and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                     for v in p)]
+    if not lists:
+        return ()
+    width = min(len(p) for p in lists)
+    return tuple(float(median(p[i] for p in lists)) for i in range(width))
+
+
+def _memory_split(runs: list[RunRecord]) -> dict[str, float] | None:
+    """Rank 0's memory split by category (medians over the runs that have one), or None."""
+    found = []
+    for r in runs:
+        split = r.get("memory", "split_per_rank", default=None)
+        first = split[0] if isinstance(split, list) and split else None
+        if isinstance(first, dict):  # activations are None where they were not counted
+            first = {**first, SPLIT[-1]: first.get(SPLIT[-1]) or 0}
+            if all(isinstance(first.get(k), (int, float)) and not isinstance(first.get(k), bool)
+                   and first[k] >= 0 for k in SPLIT):
+                found.append(first)
+    if not found:
+        return None
+    return {k: float(median(s[k] for s in found)) for k in SPLIT}
 
 
 def _infer_mode(by_n: dict[int, list[RunRecord]]) -> str | None:

@@ -9,7 +9,7 @@ import textwrap
 from typing import Any, Callable, Iterable, Mapping
 
 from parascale.report.load import Problem, RunRecord
-from parascale.report.rows import Range, Row, Spread, grouped, range_of, within_noise
+from parascale.report.rows import SPLIT, Range, Row, Spread, grouped, range_of, within_noise
 from parascale.report.wording import (
     OUTSIDE,
     busy_lines,
@@ -144,6 +144,7 @@ COLUMNS: list[tuple[str, Callable[[Row], str], Callable[[Row], bool]]] = [
     ("time to acc", lambda r: _tta(r), lambda r: r.tta_runs > 0),
     ("peak mem", lambda r: "—" if r.peak_memory_bytes is None else
      f"{r.peak_memory_bytes / (1 << 20):,.0f} MiB", lambda r: r.peak_memory_bytes is not None),
+    ("held (MiB)", lambda r: _held_cell(r), lambda r: r.memory_split is not None),
     ("MFU", lambda r: "—" if r.mfu is None else
      f"{r.mfu:.1%}" + (" (measured peak)" if r.mfu_measured_peak else ""),
      lambda r: r.mfu is not None),
@@ -164,6 +165,19 @@ def table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 def cells(row: Row) -> list[str]:
     """A row as display strings, every column (see :data:`HEADERS`)."""
     return [cell(row) for _, cell, _ in COLUMNS]
+
+
+def _held_cell(row: Row) -> str:
+    """Rank 0's parameters + gradients + optimizer state + activations, and each, in MiB."""
+    if row.memory_split is None:
+        return "—"
+    mib = [row.memory_split[k] / (1 << 20) for k in SPLIT]
+    return f"{_mib(sum(mib))} (" + " + ".join(map(_mib, mib)) + ")"
+
+
+def _mib(value: float) -> str:
+    """Whole MiB from 100 up, three significant digits below (a small model's 0.14 MiB)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _ms(seconds: float | None) -> str:
@@ -323,6 +337,8 @@ CSV_COLUMNS += [
 # the task's unit and the metric that judges it (image tasks: samples, accuracy)
 CSV_COLUMNS += ["unit", "units_per_sample", "judge", "judge_value", "tta_metric"]
 CSV_COLUMNS += ["flops_per_step", "mfu", "mfu_peak_measured"]
+# memory per device: the smallest rank's peak beside the largest's, and rank 0's split
+CSV_COLUMNS += ["peak_memory_min_bytes", *SPLIT]
 
 
 def _interval_columns(r: Row) -> dict[str, Any]:
@@ -342,7 +358,9 @@ def _interval_columns(r: Row) -> dict[str, Any]:
             "units_per_sample": r.units_per_sample, "judge": r.judge,
             "judge_value": r.judge_value, "tta_metric": r.tta_metric,
             "flops_per_step": r.flops_per_step, "mfu": r.mfu,
-            "mfu_peak_measured": int(r.mfu_measured_peak)}
+            "mfu_peak_measured": int(r.mfu_measured_peak),
+            "peak_memory_min_bytes": min(r.peak_per_rank) if r.peak_per_rank else None,
+            **{k: r.memory_split[k] if r.memory_split else None for k in SPLIT}}
 
 
 def format_csv(rows: list[Row], unfinished: Iterable[RunRecord] = (),

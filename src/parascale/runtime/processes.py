@@ -213,14 +213,38 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
         os.close(fd)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    server_threshold = os.environ.get(MMAP_ENV)
     os.environ.clear()
     os.environ.update(env)
+    if env.get(MMAP_ENV, server_threshold) != server_threshold:
+        _mmap_threshold(env[MMAP_ENV])
     os.chdir(cwd)
     # torch and numpy seed their global generators from entropy at import, which happened once,
     # in the server: each child draws its own seed, as a fresh interpreter does
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     _run(module, env, path, threads, reseed=True)
+
+
+#: glibc reads it once, when a process starts; a child forked from the fork server inherits the
+#: server's allocator, so the child applies the one it is given itself (batchfind/sharded.py)
+MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
+
+
+def _mmap_threshold(text: str) -> None:
+    """mallopt(M_MMAP_THRESHOLD): allocations above it are mapped and unmapped on their own (and
+    the threshold no longer rises as buffers are freed). Not glibc, or not a number: unchanged."""
+    import ctypes
+    import ctypes.util
+
+    if not (text.strip().isascii() and text.strip().isdigit()):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, int(text))
+    except (OSError, AttributeError):
+        pass
 
 
 def _run(module: str, env: dict[str, str], path: list[str], threads: int, reseed: bool) -> None:

@@ -171,11 +171,40 @@ def step_summary(rows_per_rank: list[list[list[float]]], excluded: str) -> dict:
     for rank, rows in enumerate(rows_per_rank):
         steps = [row[-1] for row in rows]
         summary = stats(steps)
+        # work (step − sync) apart per rank: a rank steadily slower than the others makes
+        # them all wait, which no pooled figure shows
+        work = [row[-1] - row[2] for row in rows]
         per_rank.append({"rank": rank, "steps": len(steps),
                          "step_p50_s": summary and summary["p50"],
-                         "step_p95_s": summary and summary["p95"]})
+                         "step_p95_s": summary and summary["p95"],
+                         "work_mean_s": float(np.mean(work)) if work else None})
     return {"count": len(all_rows), "excluded": excluded, "phases": phases,
-            "per_rank": per_rank}
+            "per_rank": per_rank, "work": work_summary(rows_per_rank)}
+
+
+WORK_LEVELS = 41  # quantiles at 0, 2.5, ..., 100 %: 41 numbers whatever the run's length
+
+
+def work_summary(rows_per_rank: list[list[list[float]]]) -> dict | None:
+    """Each step's work outside the exchange (step − sync), pooled over the ranks: its mean,
+    standard deviation and quantiles, enough for predict's wait for the slowest of N
+    (E[max of N] − mean needs the distribution's shape, which p50/p95 alone do not give);
+    and, with 2+ ranks that ran the same steps, the wait measured: per step, the slowest
+    rank's work minus each rank's own, averaged (the part of the sync phase spent waiting
+    rather than exchanging). None without steps."""
+    work = [[row[-1] - row[2] for row in rows] for rows in rows_per_rank]
+    pooled = np.asarray([w for ws in work for w in ws], dtype=float)
+    if pooled.size == 0:
+        return None
+    levels = np.linspace(0, 100, WORK_LEVELS)
+    lengths = {len(ws) for ws in work}
+    wait = None
+    if len(work) > 1 and len(lengths) == 1:  # the same steps on every rank: compare them
+        table = np.asarray(work, dtype=float)
+        wait = float((table.max(axis=0) - table).mean())
+    return {"mean": float(pooled.mean()), "std": float(pooled.std()),
+            "quantiles": [float(q) for q in np.percentile(pooled, levels)],
+            "wait_s": wait}
 
 
 def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], steps_source: str,
