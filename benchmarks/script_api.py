@@ -21,6 +21,7 @@ none of its own beside the DataLoader's and the optimizer's.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -90,8 +91,16 @@ def ranges_per_step(side) -> float:
     per call each), per step: whether the API adds any of its own."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        _, _, samples = epoch(*side)
+    saved = os.dup(2)  # the profiler's own start/stop lines on stderr are no figure of ours
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            _, _, samples = epoch(*side)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
     opened = sum(1 for e in prof.events() if e.is_user_annotation)
     return opened / (samples // side[0].batch_size)
 
