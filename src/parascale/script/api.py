@@ -78,6 +78,7 @@ class Run:
         self._epoch: dict[str, Any] | None = None  # the pass over the training data under way
         self._samples = 0
         self._steps = 0  # measured steps of the pass under way
+        self._kept: list[torch.Tensor] = []  # the pass's losses, detached (run.backward)
         self._pending: dict[str, float] = {}  # metrics logged before the first epoch ended
         self.finished = False
         #: whether epochs are gathered into a record: not in a plain process (a world of one
@@ -140,7 +141,9 @@ class Run:
     def backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, and the loss kept for the epoch's training loss."""
         loss.backward()
-        self.losses.add(loss, self._samples)
+        # kept here, handed to the tally at the epoch's end (every batch of the pass has the
+        # sampler's size): the least work per step, and no call into it
+        self._kept.append(loss.detach())
 
     # --- data --------------------------------------------------------------------------------
 
@@ -181,7 +184,7 @@ class Run:
         steps = self._steps
         if not self.recording:
             self.clock.restart()
-            self.losses = LossTally(self.device)
+            self._kept = []
             return
         if epoch is None or steps == 0 or self.plan is None:
             return
@@ -190,7 +193,9 @@ class Run:
         self.clock.flush()
         number = len(self.progress.epochs) + 1
         rate = self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else 0.0
-        trained = bool(self.losses._losses) or self.losses._sum != 0.0
+        trained = bool(self._kept)
+        self.losses.extend(self._kept, self._samples)
+        self._kept = []
         entry = _epoch_entry(number, steps, self.plan, (wall, cpu_s),
                              self.losses.total(), self.world, rate, self.cpu.end_epoch(),
                              number == 1, self.clock.rows)

@@ -96,6 +96,11 @@ class LossTally:
         self._losses.append(loss.detach())
         self._samples.append(samples)
 
+    def extend(self, losses: list[torch.Tensor], samples: int) -> None:
+        """Losses kept elsewhere (detached), each of a batch of ``samples``, in step order."""
+        self._losses.extend(losses)
+        self._samples.extend([samples] * len(losses))
+
     def total(self) -> torch.Tensor:
         """The sum so far, as a float64 scalar on the device."""
         if self._losses:
