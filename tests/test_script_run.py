@@ -50,6 +50,10 @@ def test_two_copies_with_half_the_batch_end_where_one_with_all_of_it_does(tmp_pa
     assert "starting 2 copies" in log and "epoch 2: loss" in log
     assert one["epochs"][-1]["test_accuracy"] == pytest.approx(
         two["epochs"][-1]["test_accuracy"], abs=1e-3)
+    # the training loss is every rank's losses over every sample (one gather: rank 0's half
+    # alone would be about half of it), the same steps' as one copy's
+    for alone, together in zip(one["epochs"], two["epochs"]):
+        assert together["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
     # ... which report and predict read unchanged
     assert main(["report", str(tmp_path / "study"), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "report.html").exists()
