@@ -34,8 +34,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# two at a time, as `test`: the fast tier is 1,300 tests of pure Python and torch on one thread
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
 # one at a time: the tests share the one GPU, and -rs lists what was skipped and why
 test-gpu: $(STAMP)
