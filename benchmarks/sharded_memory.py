@@ -12,7 +12,7 @@ parameter, the parameter count and the activations measured by the allreduce run
 names: DDP's gradient buckets (4 bytes per parameter under allreduce and zero). "as run" is
 ``memory.peak``: the most of the step with FSDP's transients (a unit's gradients whole and the
 reduce-scatter's buffer, at stage 3 two units gathered), the evaluation's whole parameters, and
-the start-up's (the model whole and the FLOP counter's copy with its gradients).
+the start-up's (the model built whole; the FLOP count copies nothing).
 
 Step time: ``parascale predict`` of each strategy at N = 2 (weak scaling, per-device batch 32)
 from a 1-worker allreduce run of the same model and a ``parascale comm`` record of 2 workers on
@@ -131,7 +131,7 @@ def main() -> int:
         paper = per_device(stage, psi, 2, b, acts)
         if stage <= 1:  # DDP's gradient buckets, a second copy of the gradients
             paper += per_device(0, psi, 2, buckets)
-        # the buckets come with DDP, after the start-up's peak (the model and the FLOP copy)
+        # the buckets come with DDP, after the start-up's peak (the model built whole)
         predicted = max(peak(stage, psi, 2, b, acts, unit), paper)
         step_pred, exchange, step_meas = steps[label]
         print(f"{label:<14}{peaks[0] / mib:>9,.0f}/{peaks[1] / mib:<6,.0f}{base / mib:>12,.0f}"

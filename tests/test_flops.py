@@ -141,3 +141,33 @@ def test_predict_counts_the_gpts_gradient_from_its_recorded_sizes():
     model = GPT(vocab=89, context=16, layers=2, heads=2, width=32)
     assert size == 4 * sum(p.numel() for p in model.parameters())
     assert "parameters of gpt counted" in how
+
+
+class _Seen(nn.Linear):
+    """A layer that notes what kind of weight its forward was given."""
+
+    seen: list = []
+
+    def forward(self, x):
+        type(self).seen.append(type(self.weight.data).__name__)
+        return super().forward(x)
+
+
+def test_the_count_runs_on_fake_tensors_not_a_copy_of_the_weights():
+    _Seen.seen = []
+    model = _Seen(8, 4)
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    assert flops.count_step(model, (x, y), _loss) == 2 * 2 * 5 * 8 * 4  # the bias is free
+    assert _Seen.seen == ["FakeTensor"]
+
+
+def test_a_loss_that_needs_real_values_is_counted_on_a_real_copy():
+    def real_loss(model, batch):
+        out = _loss(model, batch)
+        return out * (1.0 if out.item() > -1 else 2.0)  # .item(): fake tensors have no value
+
+    _Seen.seen = []
+    model = _Seen(8, 4)
+    x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    assert flops.count_step(model, (x, y), real_loss) >= 2 * 2 * 5 * 8 * 4
+    assert _Seen.seen[-1] == "Tensor"

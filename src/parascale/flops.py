@@ -17,6 +17,8 @@ import math
 import time
 
 import torch
+# torch's own fake tensors, as its FLOP counter's users count models too large to build
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import flop_counter
 
 COUNTER = "torch.utils.flop_counter.FlopCounterMode"
@@ -73,9 +75,44 @@ CPU_REPEATS = 30
 
 
 def count_step(model: torch.nn.Module, batch, loss) -> int:
-    """FLOPs of one forward and backward pass of ``model`` on ``batch``, on a copy;
-    ``loss(model, batch)`` is the task's loss."""
-    twin = copy.deepcopy(model)
+    """FLOPs of one forward and backward pass of ``model`` on ``batch``; ``loss(model,
+    batch)`` is the task's loss. Counted on a twin made of fake tensors (torch's FakeTensorMode:
+    each has its real tensor's shape, dtype and device, so the same kernels are chosen and
+    counted, but no storage): a real copy was the largest moment of a sharded run's memory, a
+    whole model more than a rank holds. A model or loss that needs real values (``.item()``,
+    a branch on the data) is counted on a real copy instead."""
+    try:
+        mode = FakeTensorMode()
+        twin = _twin(model, mode.from_tensor)
+        fake = _tensors(batch, mode.from_tensor)
+        with mode:
+            return _count(twin, fake, loss)
+    except Exception:  # noqa: BLE001 - whatever fake tensors cannot do, a real copy can
+        return _count(copy.deepcopy(model), batch, loss)
+
+
+def _twin(model: torch.nn.Module, convert) -> torch.nn.Module:
+    """A deep copy of ``model`` whose parameters and buffers are ``convert``'s: each is put
+    in deepcopy's memo, so that the copy takes the converted tensor and copies no storage."""
+    memo: dict[int, object] = {}
+    for p in model.parameters():
+        memo[id(p)] = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
+    for b in model.buffers():
+        memo[id(b)] = convert(b)
+    return copy.deepcopy(model, memo)
+
+
+def _tensors(batch, convert):
+    if isinstance(batch, torch.Tensor):
+        return convert(batch)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_tensors(b, convert) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _tensors(v, convert) for k, v in batch.items()}
+    return batch
+
+
+def _count(twin: torch.nn.Module, batch, loss) -> int:
     cuda = [p.device for p in twin.parameters() if p.device.type == "cuda"][:1]
     with torch.random.fork_rng(devices=cuda), \
             flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION) as counter:

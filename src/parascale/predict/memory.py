@@ -16,9 +16,9 @@ builds one unit's gradients whole before reduce-scattering them, into a buffer o
 gathered whole (2·P per parameter of the unit); and evaluation keeps every unit gathered (ranks
 may evaluate different numbers of batches, so it must not communicate), beside the parameters'
 and the optimizer state's shards, gradients freed: PΨ + (P + S)Ψ/N. And before training, every
-rank builds the model whole and flops.py counts its FLOPs on a copy through a forward and a
-backward: (2P + G)Ψ, whatever the strategy, which on 2 CPU workers set FSDP's measured peak
-(benchmarks/RESULTS-sharded.md).
+rank builds the model whole: PΨ, whatever the strategy (flops.py counts its FLOPs on fake
+tensors, copying nothing; until it did, its real copy with gradients, (2P + G)Ψ, set FSDP's
+measured peak on 2 CPU workers, benchmarks/RESULTS-sharded.md).
 """
 from __future__ import annotations
 
@@ -70,10 +70,9 @@ def evaluation(stage: int, psi: float, n: int, b: PerParameter) -> float:
 
 
 def startup(psi: float, b: PerParameter) -> float:
-    """Bytes every rank holds before training: the model as built, whole, and the FLOP
-    counter's copy of it with its gradients (training/loop.py builds, flops.py counts, and only
-    then does the strategy shard)."""
-    return (2 * b.params + b.grads) * psi
+    """Bytes every rank holds before training: the model as built, whole (training/loop.py
+    builds it, and only then does the strategy shard; flops.py counts on fake tensors)."""
+    return b.params * psi
 
 
 def peak(stage: int, psi: float, n: int, b: PerParameter, activations: float = 0.0,
@@ -162,7 +161,7 @@ def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
         lines.append(f"GiB per device at the peak as parascale runs fsdp (largest unit {unit:,} "
                      "parameters: its gradients whole and the reduce-scatter's buffer, at stage "
                      "3 it and the next unit gathered; every parameter gathered at evaluation; "
-                     f"before training the model whole and the FLOP counter's copy, "
+                     f"before training the model whole, "
                      f"{startup(psi, b) / 2**30:.2f} GiB):")
         lines.append("  " + f"{'N':>6}" + "".join(f"{STAGES[s][0]:>12}" for s in (2, 3)))
         for n in workers:
