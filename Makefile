@@ -26,9 +26,11 @@ demo: $(STAMP)
 	$(VENV)/bin/parascale demo
 
 # two tests at a time: most of a process-starting test is waiting (for a start-up, a timeout, a
-# killed process), and each uses at most 4 processes, so two fit 2 cores without timing out
+# killed process), and each uses at most 4 processes, so two fit 2 cores without timing out;
+# worksteal: a few tests take a minute each, and whichever side finishes first takes over
+# what the other has queued instead of idling while it runs them
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -n 2 --dist worksteal $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -36,7 +38,7 @@ lint: $(STAMP)
 
 # two at a time, as `test`: the fast tier is 1,300 tests of pure Python and torch on one thread
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -n 2 --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 # one at a time: the tests share the one GPU, and -rs lists what was skipped and why
 test-gpu: $(STAMP)
