@@ -129,15 +129,6 @@ class ProcessCpu:
         return (int(utime) + int(stime)) / _HZ
 
 
-def cpu_s(pid: int) -> float:
-    """CPU-seconds used so far by one process alone, not its children (0 when it is gone):
-    a launcher's own share, without the workers it started."""
-    try:
-        return _cpu(psutil.Process(pid))
-    except psutil.Error:
-        return 0.0
-
-
 def family_pids() -> set[int]:
     """This process, its parent and its live descendants. For a rank: itself, its launcher and
     what it started (servers, loader workers), none of which is "another program"."""
@@ -213,7 +204,8 @@ def sample_other_cores(seconds: float) -> dict[str, float]:
     of its own, so a child still running then (a leftover worker, anything the caller started)
     is load like any other."""
     me = os.getpid()
-    own0, a = cpu_s(me), counters()
+    own = ProcessCpu(me)
+    own0, a = own(), counters()
     time.sleep(seconds)
-    b, own1 = counters(), cpu_s(me)
+    b, own1 = counters(), own()
     return load(a, b, own1 - own0)
