@@ -56,6 +56,15 @@ BAD = {
                   ["judge 'accuracy'", "loss, mae"]),
     "not_a_dataset": ("def task():\n    return make(eval_data=3)",
                       ["eval_data is a int", "Dataset"]),
+    # sys.exit in the user's code during the check: a usage error, not a silent exit 0 or 5
+    "model_exits": ("import sys\ndef task():\n    return make(model=lambda: sys.exit(0))",
+                    ["model() exited (SystemExit(0))", "usertask_model_exits.py:"]),
+    "loss_exits": ("import sys\ndef task():\n    return make(loss=lambda net, b: sys.exit(5))",
+                   ["loss(model, batch) exited (SystemExit(5))"]),
+    "metric_exits": ("import sys\ndef task():\n    return make(metrics=[Metric('r2', lambda n, "
+                     "b: sys.exit(), True)])", ["metric 'r2' exited (SystemExit(None))"]),
+    "collate_exits": ("import sys\ndef task():\n    return make(collate=lambda items: "
+                      "sys.exit('no'))", ["train_data", "exited (SystemExit('no'))"]),
 }
 
 
@@ -136,3 +145,11 @@ def test_a_tasks_own_optimizer_is_refused_where_the_strategy_updates_itself(caps
                                    "torch.optim.Adam(params, lr=lr))")
     line = refused(capsys, tmp_path, "--task", f"{name}:task", "--sync", "parameter-server")
     assert "brings its own optimizer" in line and "parameter-server" in line
+
+
+def test_ctrl_c_in_the_tasks_code_during_the_check_still_interrupts(capsys, tmp_path, module):
+    name = module("interrupted", "def stop():\n    raise KeyboardInterrupt\n"
+                                 "def task():\n    return make(model=stop)")
+    code = main(["train", "--task", f"{name}:task", "--workers", "1",
+                 "--out", str(tmp_path / "out")])
+    assert code == 130 and "parascale: interrupted" in capsys.readouterr().err

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from parascale.errors import UsageError
+from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
-from parascale.models.user import _where, resolve_user
+from parascale.models.user import resolve_user
 from parascale.tasks.base import LOSS, Metric, Task, samples_in
 
 
@@ -29,10 +29,10 @@ def load(spec: str, seed: int) -> Task:
         task = function()
     except SystemExit as exc:
         raise UsageError(f"{call} exited (SystemExit({exc.code!r})) instead of returning a "
-                         f"parascale.tasks.Task{_where(exc)}") from None
+                         f"parascale.tasks.Task{where(exc)}") from None
     except Exception as exc:
         raise UsageError(f"{call} raised {type(exc).__name__}: {short_cause(exc)}"
-                         f"{_where(exc)}") from exc
+                         f"{where(exc)}") from exc
     if not isinstance(task, Task):
         raise UsageError(f"{call} returned a {type(task).__name__}; expected a "
                          "parascale.tasks.Task (see docs/tasks.md)")
@@ -109,15 +109,29 @@ def _scalar(value: Any, what: str, call: str) -> float:
     return number
 
 
+def _tried(call: str, what: str, function, *args) -> Any:
+    """``function(*args)`` of the user's task, or one line saying what it raised. An exit
+    (``sys.exit`` in the user's code) is one line too: it would end parascale silently with the
+    user's exit code, where 0 reads as success. Ctrl-C (KeyboardInterrupt) still interrupts."""
+    try:
+        return function(*args)
+    except SystemExit as exc:
+        raise _exited(call, what, exc) from None
+    except Exception as exc:
+        raise UsageError(f"{call}: {what} raised {type(exc).__name__}: {short_cause(exc)}"
+                         f"{where(exc)}") from exc
+
+
+def _exited(call: str, what: str, exc: SystemExit) -> UsageError:
+    return UsageError(f"{call}: {what} exited (SystemExit({exc.code!r})){where(exc)}; a "
+                      "task's functions return or raise, never exit")
+
+
 def probe(task: Task, call: str, split, eval_split) -> None:
     """Build the model and run the loss (with a backward) on the first two training samples and
     every metric on the first two evaluation samples, on the CPU, so that a collate that cannot
     batch the items, a loss that is not a finite scalar or a broken metric is one line here."""
-    try:
-        model = task.model()
-    except Exception as exc:
-        raise UsageError(f"{call}: model() raised {type(exc).__name__}: {short_cause(exc)}"
-                         f"{_where(exc)}") from exc
+    model = _tried(call, "model()", task.model)
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"{call}: model() returned a {type(model).__name__}; expected a "
                          "torch.nn.Module")
@@ -125,11 +139,7 @@ def probe(task: Task, call: str, split, eval_split) -> None:
         raise UsageError(f"{call}: model() returned a {type(model).__name__} without trainable "
                          "parameters: nothing to train")
     batch = _first(split, "train_data", call)
-    try:
-        loss = task.loss(model, batch)
-    except Exception as exc:
-        raise UsageError(f"{call}: loss(model, batch) raised {type(exc).__name__}: "
-                         f"{short_cause(exc)}{_where(exc)}") from exc
+    loss = _tried(call, "loss(model, batch)", task.loss, model, batch)
     _scalar(loss, "loss(model, batch)", call)
     if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
         raise UsageError(f"{call}: loss(model, batch) returned a value without a gradient; "
@@ -139,11 +149,7 @@ def probe(task: Task, call: str, split, eval_split) -> None:
     batch = _first(eval_split, "eval_data", call)
     with torch.no_grad():
         for metric in task.metrics:
-            try:
-                value = metric.fn(model, batch)
-            except Exception as exc:
-                raise UsageError(f"{call}: metric {metric.name!r} raised {type(exc).__name__}: "
-                                 f"{short_cause(exc)}{_where(exc)}") from exc
+            value = _tried(call, f"metric {metric.name!r}", metric.fn, model, batch)
             _scalar(value, f"metric {metric.name!r}", call)
 
 
@@ -152,6 +158,8 @@ def _first(split, what: str, call: str) -> Any:
     indices = torch.arange(min(2, len(split)))
     try:
         batch = next(iter(split.batches([indices], torch.device("cpu"), train=True)))
+    except SystemExit as exc:
+        raise _exited(call, f"batching the items of {what}", exc) from None
     except Exception as exc:
         raise UsageError(f"{call}: the items of {what} cannot be batched: "
                          f"{type(exc).__name__}: {short_cause(exc)}; items must be tensors, "
