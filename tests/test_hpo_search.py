@@ -222,3 +222,52 @@ def test_when_every_trial_fails_the_last_line_names_only_what_was_written(tmp_pa
     assert "trial 0 (lr=" in text and ": failed: " in text and "no trial completed" in text
     assert text.strip().splitlines()[-1] == f"table: {out / 'trials.csv'}"
     assert not (out / "best.json").exists() and not (out / "plots").exists()
+
+
+BROKEN_TEST_SET = """
+import torch
+from torch import nn
+from parascale.tasks import Task
+
+class Points(torch.utils.data.Dataset):
+    def __init__(self, n, readable):
+        g = torch.Generator().manual_seed(n)
+        self.x, self.y = torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+        self.readable = readable
+    def __len__(self):
+        return len(self.x)
+    def __getitem__(self, i):
+        if i >= self.readable:
+            raise OSError(f"sample {i} is on a disk that went away")
+        return self.x[i], self.y[i]
+
+def mse(net, batch):
+    return nn.functional.mse_loss(net(batch[0]), batch[1])
+
+def task():
+    # the check before the search reads the first two test samples, the trials none (they look
+    # at the validation split alone): only the best trial's test evaluation reaches the rest
+    return Task(train_data=Points(64, 64), eval_data=Points(16, 2),
+                model=lambda: nn.Linear(4, 1), loss=mse)
+"""
+
+
+def test_a_failed_test_evaluation_keeps_the_searchs_results(tmp_path, capfd, monkeypatch):
+    (tmp_path / "brokentest.py").write_text(BROKEN_TEST_SET)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "search"
+    code = main(["hpo", "--task", "brokentest:task", "--objective", "loss", "--trials", "2",
+                 "--epochs", "1", "--batch-size", "16", "--param", "lr=0.01:0.1",
+                 "--pruner", "none", "--study-name", "t", "--out", str(out)])
+    captured = capfd.readouterr()
+    assert code == 1, captured.err
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in captured.err, captured.err
+    assert "test evaluation" in err[0] and "OSError: sample 2" in err[0]
+    assert "results are kept" in err[0] and str(out / "trials.csv") in err[0]
+    assert len((out / "trials.csv").read_text().splitlines()) == 3
+    best = json.loads((out / "best.json").read_text())
+    assert best["trial"] in (0, 1) and best["test_loss"] is None
+    assert "OSError" in best["why"]
+    # nothing stored as tested: the next command evaluates again
+    assert not [k for k in _load(out).user_attrs if k.startswith("test_of_trial_")]

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from parascale.digits import ascii_float, ascii_int
-from parascale.errors import UsageError
+from parascale.errors import KnownFailure, UsageError
 
 DESCRIPTION = """\
 Search hyperparameters with Optuna: several trials at once, each a training run in a process of
@@ -149,15 +149,26 @@ def run(args: argparse.Namespace) -> int:
     search.run(found, slots)
     table = results.rows(found)
     print(results.format_table(table, found))
-    best = results.test_best(found)
-    print("\n".join(results.best_lines(best, found)))
+    # the search's results first, each file whole: the test evaluation runs the user's code
+    # once more, and its failure must not lose them
     written = [f"table: {results.write_csv(table, out / 'trials.csv')}"]
+    best = results.best_trial(found)
     if best is not None:
         written.append(f"best: {results.write_best(best, out / 'best.json')}")
     if plots.write(table, args.objective, out / "plots", maximize):
         written.append(f"plots: {out / 'plots'}")
+    best = results.test_best(found)
+    if best is not None:  # with its test figures, or why there are none
+        results.write_csv(results.rows(found), out / "trials.csv")
+        results.write_best(best, out / "best.json")
+    print("\n".join(results.best_lines(best, found)))
     print("; ".join(written), flush=True)
     sys.stdout.flush()
+    if best is not None and best.get("failed"):
+        raise KnownFailure(f"the test evaluation of the best trial, {best['trial']}, failed "
+                           f"({best['why'].removeprefix('its test evaluation failed: ')}); the "
+                           f"search's results are kept in {out / 'trials.csv'} and "
+                           f"{out / 'best.json'}: run the command again to evaluate it again")
     return 0
 
 
