@@ -15,6 +15,7 @@ from typing import Any
 
 from parascale.checks import expected as _expected
 from parascale.checks import is_int as _is_int
+from parascale.checks import path_given
 from parascale.checks import positive as _positive
 from parascale.errors import UsageError
 
@@ -300,6 +301,9 @@ def check_fields(cfg: TrainConfig) -> None:
         if name in SANE and not SANE[name][0] <= value <= SANE[name][1]:
             raise UsageError(f"--{name.replace('_', '-')} must be in [{SANE[name][0]:g}, "
                              f"{SANE[name][1]:g}], got {value:g}")
+    for name in ("out", "tensorboard", "data_dir"):
+        if getattr(cfg, name) is not None:
+            path_given(getattr(cfg, name), f"--{name.replace('_', '-')}")
     for name in ("workers", "threads", "batch_size", "global_batch", "epochs", "steps", "base_batch",
                  "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
         _positive(name, getattr(cfg, name))

@@ -6,6 +6,7 @@ import contextlib
 import sys
 from pathlib import Path
 
+from parascale.checks import path_option
 from parascale.digits import ascii_float, ascii_int
 from parascale.errors import KnownFailure, UsageError
 
@@ -58,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("the search")
-    group.add_argument("--out", required=True, metavar="DIR",
+    group.add_argument("--out", required=True, metavar="DIR", type=path_option("--out"),
                        help="folder of the trials, the table, the plots (and the SQLite study)")
     group.add_argument("--param", action="append", default=[], metavar="NAME=SPEC",
                        help="a searched option: A,B,C (choices), LOW:HIGH or LOW:HIGH:log; "
