@@ -65,6 +65,38 @@ BAD = {
                      "b: sys.exit(), True)])", ["metric 'r2' exited (SystemExit(None))"]),
     "collate_exits": ("import sys\ndef task():\n    return make(collate=lambda items: "
                       "sys.exit('no'))", ["train_data", "exited (SystemExit('no'))"]),
+    # each of these was a traceback (or DDP's error on 2 workers) after the check passed
+    "len_raises": ("class NoLen(Points):\n    def __len__(self):\n        raise RuntimeError("
+                   "'no len')\ndef task():\n    return make(train_data=NoLen(8))",
+                   ["train_data: len() raised RuntimeError: no len", "number of samples"]),
+    "len_not_int": ("class TextLen(Points):\n    def __len__(self):\n        return '3'\n"
+                    "def task():\n    return make(eval_data=TextLen(8))",
+                    ["eval_data: len() raised TypeError", "number of samples"]),
+    "len_negative": ("class Negative(Points):\n    def __len__(self):\n        return -1\n"
+                     "def task():\n    return make(train_data=Negative(8))",
+                     ["train_data: len() raised ValueError", "number of samples"]),
+    "backward_raises": ("class Broken(torch.autograd.Function):\n"
+                        "    @staticmethod\n    def forward(ctx, x):\n        return x.clone()\n"
+                        "    @staticmethod\n    def backward(ctx, g):\n"
+                        "        raise RuntimeError('backward boom')\n"
+                        "def task():\n    return make(loss=lambda n, b: Broken.apply(mse(n, b)))",
+                        ["the backward of loss(model, batch) raised RuntimeError: backward boom"]),
+    "loss_complex": ("def task():\n    return make(loss=lambda n, b: mse(n, b) * (1 + 1j))",
+                     ["loss(model, batch) returned a complex", "real"]),
+    "loss_shape_1_1": ("def task():\n    return make(loss=lambda n, b: mse(n, b).reshape(1, 1))",
+                       ["loss(model, batch) returned a tensor of shape (1, 1)", "shape ()"]),
+    "metric_huge_int": ("def task():\n    return make(metrics=[Metric('count', lambda n, b: "
+                        "10 ** 400, False)])", ["metric 'count' returned an int too large"]),
+    "optimizer_raises": ("def no(params, lr):\n    raise ValueError('opt boom')\n"
+                         "def task():\n    return make(optimizer=no)",
+                         ["optimizer(params, lr) raised ValueError: opt boom"]),
+    "optimizer_wrong": ("def task():\n    return make(optimizer=lambda params, lr: 3)",
+                        ["optimizer(params, lr) returned a int", "torch.optim.Optimizer"]),
+    "unused_parameters": ("class Two(nn.Module):\n    def __init__(self):\n"
+                          "        super().__init__()\n        self.a, self.b = nn.Linear(4, 1), "
+                          "nn.Linear(4, 1)\n    def forward(self, x):\n        return self.a(x)\n"
+                          "def task():\n    return make(model=Two)",
+                          ["b.weight, b.bias", "no gradient", "requires_grad"]),
 }
 
 

@@ -56,11 +56,11 @@ def prepare(cfg) -> tuple[Task, DataBundle]:
 
 def preflight(cfg) -> dict[str, Any]:
     """A user's task loaded, checked and tried on two samples; the facts the plan needs."""
-    from parascale.tasks import load
+    from parascale.tasks import load, tryout
 
     task, bundle = _user(cfg)
-    call = load._call(cfg.task)
-    load.probe(task, call, bundle.train, bundle.test)
+    call = load.call_of(cfg.task)
+    tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
     if task.optimizer is not None and cfg.sync in ("parameter-server", "sma"):
         raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
                          "use (it updates with its own SGD); leave optimizer out of the task")
