@@ -97,6 +97,19 @@ BAD = {
                           "nn.Linear(4, 1)\n    def forward(self, x):\n        return self.a(x)\n"
                           "def task():\n    return make(model=Two)",
                           ["b.weight, b.bias", "no gradient", "requires_grad"]),
+    # names reach the console, the log, the record and reports: short printable text only
+    "name_number": ("def task():\n    return make(name=123)", ["name 123", "is a int", "text"]),
+    "name_huge": ("def task():\n    return make(name='x' * 20000)",
+                  ["name 'xxxx", "20000 characters", "1 to 64 printable characters"]),
+    "name_newline": ("def task():\n    return make(name='two\\nlines')",
+                     ["name 'two\\nlines'", "control character", "printable"]),
+    "name_escape": ("def task():\n    return make(name='\\x1b[31mred')",
+                    ["name '\\x1b[31mred'", "control character"]),
+    "name_blank": ("def task():\n    return make(name='   ')", ["name '   '", "empty"]),
+    "unit_escape": ("def task():\n    return make(unit='s\\x1b[2J')",
+                    ["unit 's\\x1b[2J'", "control character"]),
+    "metric_huge": ("def task():\n    return make(metrics=[Metric('m' * 5000, mae, False)])",
+                    ["metric name 'mmmm", "5000 characters"]),
 }
 
 
@@ -127,7 +140,7 @@ def test_a_wrong_task_is_one_line_naming_the_call(capsys, tmp_path, module, case
     body, words = BAD[case]
     name = module(case, body)
     line = refused(capsys, tmp_path, "--task", f"{name}:task")
-    assert f"task '{name}:task'" in line
+    assert f"task '{name}:task'" in line and "\x1b" not in line and len(line) < 600
     for word in words:
         assert word in line, (word, line)
 
@@ -185,3 +198,17 @@ def test_ctrl_c_in_the_tasks_code_during_the_check_still_interrupts(capsys, tmp_
     code = main(["train", "--task", f"{name}:task", "--workers", "1",
                  "--out", str(tmp_path / "out")])
     assert code == 130 and "parascale: interrupted" in capsys.readouterr().err
+
+
+def test_the_name_rule_is_one_public_function():
+    """What a task's name and unit and a metric's name may be, in one place that other callers
+    (the script API's metric names) can use: 1 to 64 printable characters."""
+    from parascale.tasks import NAME_CHARACTERS, name_problem
+
+    for good in ("smallcnn on digits", "val-mae", "précision", "x" * NAME_CHARACTERS):
+        assert name_problem(good) is None, good
+    for bad, problem in ((None, "is a NoneType"), ("", "is empty"), (" \u3000", "is empty"),
+                         ("x" * (NAME_CHARACTERS + 1), "has 65 characters"),
+                         ("a\tb", "control character '\\t'"),
+                         ("right\u202eto left", "control character '\\u202e'")):
+        assert problem in (name_problem(bad) or ""), (bad, name_problem(bad))

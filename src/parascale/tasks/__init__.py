@@ -11,17 +11,21 @@ from typing import Any
 from parascale.config import OPTIMIZERS
 from parascale.data.split import DataBundle, hold_out
 from parascale.errors import UsageError
-from parascale.tasks.base import LOSS, Metric, Task, build_optimizer, samples_in
+from parascale.tasks.base import (LOSS, NAME_CHARACTERS, Metric, Task, build_optimizer, check_name,
+                                   name_problem, samples_in)
 
 __all__ = [
     "BUILTIN_METRICS",
     "LOSS",
+    "NAME_CHARACTERS",
     "OPTIMIZERS",
     "Metric",
     "Task",
     "build_optimizer",
+    "check_name",
     "check_target",
     "directions",
+    "name_problem",
     "preflight",
     "prepare",
     "samples_in",

@@ -13,7 +13,7 @@ import torch
 from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
 from parascale.models.user import resolve_user
-from parascale.tasks.base import LOSS, Metric, Task
+from parascale.tasks.base import LOSS, Metric, Task, check_name
 from parascale.tasks.tryout import tried
 
 
@@ -73,7 +73,8 @@ def check(task: Task, call: str) -> None:
         if not isinstance(metric, Metric):
             raise UsageError(f"{call}: metrics holds a {type(metric).__name__}; expected "
                              "parascale.tasks.Metric(name, fn, higher_is_better)")
-        if not isinstance(metric.name, str) or not metric.name.isidentifier():
+        check_name(metric.name, f"{call}: metric name")
+        if not metric.name.isidentifier():
             raise UsageError(f"{call}: metric name {metric.name!r} is not a plain name "
                              "(letters, digits, underscores; e.g. 'mae')")
         if not isinstance(metric.higher_is_better, bool):
@@ -88,9 +89,8 @@ def check(task: Task, call: str) -> None:
     if task.judge is not None and task.judge not in names:
         raise UsageError(f"{call}: judge {task.judge!r} is not one of its metrics "
                          f"({', '.join(names)})")
-    if not isinstance(task.unit, str) or not task.unit:
-        raise UsageError(f"{call}: unit is {task.unit!r}; expected a word such as 'samples' "
-                         "or 'tokens'")
+    check_name(task.name, f"{call}: name", "regression")
+    check_name(task.unit, f"{call}: unit", "tokens")
     per = task.units_per_sample
     if isinstance(per, bool) or not isinstance(per, (int, float)) or not math.isfinite(per) \
             or per <= 0:
