@@ -245,9 +245,9 @@ def mse(net, batch):
     return nn.functional.mse_loss(net(batch[0]), batch[1])
 
 def task():
-    # the check before the search reads the first two test samples, the trials none (they look
-    # at the validation split alone): only the best trial's test evaluation reaches the rest
-    return Task(train_data=Points(64, 64), eval_data=Points(16, 2),
+    # the check before the search reads the first three test samples, the trials none (they
+    # look at the validation split alone): only the best trial's test evaluation reaches more
+    return Task(train_data=Points(64, 64), eval_data=Points(16, 3),
                 model=lambda: nn.Linear(4, 1), loss=mse)
 """
 
@@ -263,7 +263,7 @@ def test_a_failed_test_evaluation_keeps_the_searchs_results(tmp_path, capfd, mon
     assert code == 1, captured.err
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in captured.err, captured.err
-    assert "test evaluation" in err[0] and "OSError: sample 2" in err[0]
+    assert "test evaluation" in err[0] and "OSError: sample 3" in err[0]
     assert "results are kept" in err[0] and str(out / "trials.csv") in err[0]
     assert len((out / "trials.csv").read_text().splitlines()) == 3
     best = json.loads((out / "best.json").read_text())

@@ -110,6 +110,14 @@ BAD = {
                     ["unit 's\\x1b[2J'", "control character"]),
     "metric_huge": ("def task():\n    return make(metrics=[Metric('m' * 5000, mae, False)])",
                     ["metric name 'mmmm", "5000 characters"]),
+    # the sample count is read from the batch's first tensor: here the class weights, not the
+    # inputs, which inflated the train loss 125x
+    "collate_counts_wrong": ("from torch.utils.data import default_collate\n"
+                             "def weighted(items):\n"
+                             "    return (torch.ones(10), default_collate(items))\n"
+                             "def task():\n    return make(collate=weighted, loss=lambda n, b: "
+                             "mse(n, b[1]), metrics=[])",
+                             ["a batch of 3 items of train_data counts 10 samples", "first tensor"]),
 }
 
 

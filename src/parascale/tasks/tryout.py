@@ -122,17 +122,32 @@ def _optimizer(task: Task, model: torch.nn.Module, lr: float, call: str) -> None
 
 
 def _first(split, what: str, call: str) -> Any:
-    """The first two samples of ``split`` as one batch on the CPU."""
-    indices = torch.arange(min(2, len(split)))
+    """The first two samples of ``split`` as one batch on the CPU, after a batch of three has
+    counted its samples too (two alone could match a first tensor of two rows by chance)."""
+    if len(split) >= 3:
+        _batch(split, 3, what, call)
+    return _batch(split, min(2, len(split)), what, call)
+
+
+def _batch(split, items: int, what: str, call: str) -> Any:
+    """The first ``items`` samples of ``split`` as one batch on the CPU, which must count that
+    many samples: throughput, the train loss and every metric's mean weigh batches by it."""
     try:
-        batch = next(iter(split.batches([indices], torch.device("cpu"), train=True)))
+        batch = next(iter(split.batches([torch.arange(items)], torch.device("cpu"),
+                                        train=True)))
     except SystemExit as exc:
         raise exited(call, f"batching the items of {what}", exc) from None
     except Exception as exc:
         raise UsageError(f"{call}: the items of {what} cannot be batched: "
                          f"{type(exc).__name__}: {short_cause(exc)}; items must be tensors, "
                          "tuples or dicts of tensors of one shape, or give a collate") from exc
-    if samples_in(batch) == 0:
+    counted = samples_in(batch)
+    if counted == 0:
         raise UsageError(f"{call}: a batch of {what} holds no tensor; items must be tensors, "
                          "tuples or dicts of tensors")
+    if counted != items:
+        raise UsageError(f"{call}: a batch of {items} items of {what} counts {counted} samples: "
+                         "parascale counts a batch's samples by the first dimension of its "
+                         "first tensor; collate each batch so that its first tensor has one "
+                         "row per item (the inputs first)")
     return batch
