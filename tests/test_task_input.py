@@ -220,3 +220,37 @@ def test_the_name_rule_is_one_public_function():
                          ("a\tb", "control character '\\t'"),
                          ("right\u202eto left", "control character '\\u202e'")):
         assert problem in (name_problem(bad) or ""), (bad, name_problem(bad))
+
+
+@pytest.mark.parametrize("option", [["--model", "resnet20"], ["--dataset", "synthetic"],
+                                    ["--image-size", "64"], ["--data-dir", "data"],
+                                    ["--augment"], ["--context", "32"], ["--num-classes", "3"]])
+def test_a_model_or_data_option_beside_a_task_is_refused(capsys, tmp_path, module, option):
+    """The task brings its own model and data: the option would be ignored while the record
+    said it (``model: resnet20``)."""
+    name = module("beside", "")
+    line = refused(capsys, tmp_path, "--task", f"{name}:good", *option)
+    assert f"{option[0]} does not apply" in line and "--task" in line and "leave" in line
+
+
+def test_a_model_beside_a_task_is_refused_from_the_python_api_too():
+    from parascale.errors import UsageError
+    from parascale.training import train
+
+    with pytest.raises(UsageError, match="--model does not apply"):
+        train({"task": "regression:task", "model": "resnet20", "workers": 1})
+
+
+def test_predict_counts_no_model_for_a_tasks_record():
+    """A task's record holds the default model and dataset fields (unused): predict must not
+    count smallcnn's parameters as the task's gradient."""
+    from pathlib import Path
+
+    from conftest import record
+    from parascale.predict import gradient
+    from parascale.report.load import RunRecord
+
+    data = record(1, 100.0)
+    assert gradient.counted(RunRecord(Path("record.json"), "", data)) is not None  # smallcnn
+    data["config"]["task"] = "regression:task"
+    assert gradient.counted(RunRecord(Path("record.json"), "", data)) is None
