@@ -97,6 +97,11 @@ BAD = {
                           "nn.Linear(4, 1)\n    def forward(self, x):\n        return self.a(x)\n"
                           "def task():\n    return make(model=Two)",
                           ["b.weight, b.bias", "no gradient", "requires_grad"]),
+    "model_an_instance": ("def task():\n    return make(model=nn.Sequential(nn.Linear(4, 1)))",
+                          ["model is a Sequential module", "a function that returns",
+                           "model=lambda: nn.Sequential(...)"]),
+    "loss_a_module": ("def task():\n    return make(loss=nn.MSELoss())",
+                      ["loss is a MSELoss module", "loss(model, batch)"]),
     # names reach the console, the log, the record and reports: short printable text only
     "name_number": ("def task():\n    return make(name=123)", ["name 123", "is a int", "text"]),
     "name_huge": ("def task():\n    return make(name='x' * 20000)",
@@ -254,3 +259,45 @@ def test_predict_counts_no_model_for_a_tasks_record():
     assert gradient.counted(RunRecord(Path("record.json"), "", data)) is not None  # smallcnn
     data["config"]["task"] = "regression:task"
     assert gradient.counted(RunRecord(Path("record.json"), "", data)) is None
+
+
+def _hpo_refused(capsys, tmp_path, name: str, *args) -> str:
+    code = main(["hpo", "--task", f"{name}:good", "--trials", "1", "--param", "lr=0.01:0.1",
+                 *args, "--out", str(tmp_path / "h")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and not (tmp_path / "h").exists(), err
+    return err[0]
+
+
+def test_a_search_without_objective_on_a_task_without_accuracy_says_so(capsys, tmp_path,
+                                                                       module):
+    name = module("no_objective", "")
+    line = _hpo_refused(capsys, tmp_path, name)
+    assert "is not a metric" not in line  # no --objective 'accuracy' was given
+    assert "this task has no metric 'accuracy'" in line and "loss, mae" in line
+    assert "--objective mae" in line
+
+
+def test_a_time_to_accuracy_search_on_a_task_without_accuracy_blames_the_objective(
+        capsys, tmp_path, module):
+    name = module("tta", "")
+    line = _hpo_refused(capsys, tmp_path, name, "--objective", "tta", "--target", "0.9")
+    assert "lr" not in line.split("error:", 1)[1]  # the range is not what is wrong
+    assert "--objective tta" in line and "no metric 'accuracy'" in line and "loss, mae" in line
+
+
+def test_a_validation_fraction_that_leaves_nothing_to_train_says_the_counts(capsys, tmp_path,
+                                                                            module):
+    name = module("tiny", "def task():\n    return make(train_data=Points(4))")
+    line = refused(capsys, tmp_path, "--task", f"{name}:task", "--val-fraction", "0.9")
+    assert "cannot be batched" not in line
+    assert "--val-fraction 0.9 holds out 4 of the 4 samples of train_data" in line
+    assert "0 to train on" in line and "smaller --val-fraction" in line
+
+
+def test_a_setting_every_trial_would_refuse_is_not_blamed_on_a_searched_range(capsys, tmp_path,
+                                                                              module):
+    name = module("fixed_wrong", "")
+    line = _hpo_refused(capsys, tmp_path, name, "--objective", "mae", "--target-metric",
+                        "perplexity", "--target-value", "3")
+    assert line.startswith("parascale: error: --target-metric 'perplexity' is not a metric")

@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="finished trials the study should have (default 20)")
     group.add_argument("--devices-per-trial", type=ascii_int, default=1, metavar="K",
                        help="devices (cores or GPUs) each trial trains on (default 1)")
-    group.add_argument("--objective", default="accuracy", metavar="NAME",
+    group.add_argument("--objective", metavar="NAME",
                        help="accuracy: maximise the best validation accuracy; tta: minimise "
                        "the time to --target validation accuracy; or any metric of the task "
                        "(loss, or a --task's own), best validation value in its direction "
@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     from parascale.hpo import objective as objectives
     from parascale.tasks import directions
 
-    maximize = objectives.resolve(args.objective, directions(TrainConfig.from_dict(fixed)))
+    args.objective, maximize = objectives.resolve(args.objective,
+                                                  directions(TrainConfig.from_dict(fixed)))
     if args.target is not None:
         fixed.update({"target_accuracy": args.target, "stop_at_target": True})
     slots = make_slots(args.devices_per_trial, getattr(args, "gpus", None))

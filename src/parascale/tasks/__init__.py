@@ -64,6 +64,10 @@ def preflight(cfg) -> dict[str, Any]:
 
     task, bundle = _user(cfg)
     call = load.call_of(cfg.task)
+    if len(bundle.train) == 0:  # the whole training set held out
+        raise UsageError(f"--val-fraction {cfg.val_fraction:g} holds out {len(bundle.val)} of "
+                         f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
+                         "on; give a smaller --val-fraction, or more data")
     tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
     if task.optimizer is not None and cfg.sync in ("parameter-server", "sma"):
         raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "

@@ -57,6 +57,14 @@ def check(task: Task, call: str) -> None:
     """The task's fields have the types the trainer needs (no data is read here)."""
     _dataset(task.train_data, "train_data", call)
     _dataset(task.eval_data, "eval_data", call)
+    if isinstance(task.model, torch.nn.Module):  # callable, but called with no input
+        raise UsageError(f"{call}: model is a {type(task.model).__name__} module; expected a "
+                         "function that returns one (each worker builds its own), e.g. "
+                         "model=lambda: nn.Sequential(...)")
+    if isinstance(task.loss, torch.nn.Module):
+        raise UsageError(f"{call}: loss is a {type(task.loss).__name__} module; expected "
+                         "loss(model, batch), a function that runs the model on the batch and "
+                         "returns its loss")
     for name in ("model", "loss"):
         if not callable(getattr(task, name)):
             raise UsageError(f"{call}: {name} is a {type(getattr(task, name)).__name__}; "
