@@ -17,8 +17,9 @@ rank that left first with status 0 (``sys.exit(0)``, ``os._exit(0)`` mid-run) is
 else the ranks still running are the ones that stopped responding. A hung worker therefore ends the job
 at most ``timeout`` + :data:`STUCK_SLACK_S` seconds after its peers start waiting for it.
 
-Ctrl-C or SIGTERM to the launcher stops the workers (SIGTERM, then SIGKILL after a grace
-period) and removes the job's folder; folders of launchers killed outright are removed by the
+Ctrl-C or SIGTERM to the launcher stops the workers and whatever they started (SIGTERM to
+them all at once, then SIGKILL after one grace period: :func:`.processes.stop`) and removes
+the job's folder; folders of launchers killed outright are removed by the
 next launch (:mod:`.scratch`).
 
 Restarts (``--max-restarts``), as torchrun's elastic agent does them: when an attempt fails,
