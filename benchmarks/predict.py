@@ -8,8 +8,10 @@
    machine's load hits both alike; the predictions of a round use that round's records only. The error is
    in percentage points of efficiency (predicted − measured), and each run's machine block says
    how busy the machine was.
-2. Against published tables (REFERENCE.md section 1): DLBS's ResNet-50 weak-scaling example and
-   the BSC ResNet-V2 figures, predicted from their single-device times and a stated preset.
+2. Against published tables: DLBS's ResNet-50 weak-scaling example (HPE's Deep Learning
+   Benchmarking Suite documentation, github.com/HewlettPackard/dlcookbook-dlbs) and the BSC
+   ResNet-V2 figures (Jordi Torres, "Supercomputing for Artificial Intelligence",
+   jorditorresbcn.github.io/supercomputing-for-ai-book), predicted from their single-device times and a stated preset.
 
     .venv/bin/python benchmarks/predict.py [--rounds 3] [--model smallcnn] [--epochs 4] \
         [--quiet-machine 60]
@@ -243,7 +245,10 @@ def main() -> int:
         "## Published tables, from one device's time and a preset",
         "",
         "DLBS's documented ResNet-50 weak-scaling example and the BSC H100 figures "
-        "(REFERENCE.md section 1). The single-device step time is all work (no split into "
+        "(HPE's Deep Learning Benchmarking Suite documentation, "
+        "github.com/HewlettPackard/dlcookbook-dlbs; Jordi Torres, \"Supercomputing for "
+        "Artificial Intelligence\", jorditorresbcn.github.io/supercomputing-for-ai-book). "
+        "The single-device step time is all work (no split into "
         "phases is published); gradients are fp32 (4 bytes per parameter; ResNet-V2 counts "
         "from timm, 10 classes, built without weights); DDP's 25 MiB buckets; overlap φ assumed "
         "2/3. BSC's per-GPU batch is not published: 256 is assumed. BSC's GPUs are H100s, "

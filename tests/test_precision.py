@@ -24,6 +24,15 @@ def test_a_wide_error_over_many_steps_is_refused_and_a_tight_one_is_not():
     assert precision.judge(812.0, 61.0, None).precise  # steps unknown: the error decides
 
 
+@pytest.mark.parametrize("relative, shown", [
+    (0.2512, "25.1%"), (0.2504, "25.04%"), (0.26, "26%"), (4.0, "400%"), (0.2500001, "over 25%")])
+def test_an_error_just_over_the_limit_is_shown_at_the_precision_that_tells_them_apart(
+        relative, shown):
+    """Not "standard error 25% of it ... needs at most 25%": the figure shows why it fails."""
+    text = precision.judge(1000.0, 1000.0 * relative, 100).reason()
+    assert f"standard error {shown} of it" in text and "at most 25%" in text, text
+
+
 def test_a_handful_of_steps_is_too_few_even_with_a_small_error():
     few = precision.judge(800.0, 10.0, 5)
     assert not few.precise and few.steps_needed == precision.MIN_STEPS

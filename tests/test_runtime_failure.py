@@ -92,11 +92,12 @@ def test_out_of_memory_is_either_kind():
 
 
 def test_faults_from_env_picks_this_ranks_faults_and_every_ranks_oom(monkeypatch):
-    monkeypatch.setenv(ENV, "kill@1:3, slow@0:0.5,nan@0:7,oom@64,raise@1:2,hang@2:9")
+    monkeypatch.setenv(ENV, "kill@1:3, slow@0:0.5,nan@0:7,oom@64,raise@1:2,hang@2:9,exit@3:4,"
+                       "sysexit@2:5")
     assert Faults.from_env(0) == Faults(0, nan_at=7, slow_s=0.5, oom_batch=64)
     assert Faults.from_env(1) == Faults(1, kill_at=3, raise_at=2, oom_batch=64)
-    assert Faults.from_env(2) == Faults(2, hang_at=9, oom_batch=64)
-    assert Faults.from_env(3) == Faults(3, oom_batch=64)
+    assert Faults.from_env(2) == Faults(2, hang_at=9, sysexit_at=5, oom_batch=64)
+    assert Faults.from_env(3) == Faults(3, exit_at=4, oom_batch=64)
     assert type(Faults.from_env(1).kill_at) is int  # steps compare with the loop's int counter
 
 

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow  # every test here starts workers
 def write_script(tmp_path: Path) -> Path:
     script = tmp_path / "failing.py"
     script.write_text('''\
+import os
 import sys
 import threading
 
@@ -35,14 +36,18 @@ loader = run.shard(DataLoader(data, batch_size=8))
 model = torch.nn.Linear(4, 1)
 model, optimizer = run.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
 if run.rank == 1 and mode == "raise":
-    raise ValueError("a batch of the wrong shape")  # line 18
+    raise ValueError("a batch of the wrong shape")  # line 19
 if run.rank == 1 and mode == "exit":
-    sys.exit(3)  # line 20
+    sys.exit(3)  # line 21
 if run.rank == 1 and mode == "hang":
     threading.Event().wait()  # rank 1 never takes part in the first step's all-reduce
 if run.is_main:
     print("stepping", flush=True)
-for x, y in loader:
+for step, (x, y) in enumerate(loader):
+    if run.rank == 1 and step == 2 and mode == "exit0":
+        sys.exit(0)  # line 28: rank 1 leaves mid-loop, the others go on
+    if run.rank == 1 and step == 2 and mode == "os-exit0":
+        os._exit(0)
     optimizer.zero_grad()
     run.backward(((model(x) - y) ** 2).mean())
     optimizer.step()
@@ -59,8 +64,8 @@ if mode == "ok":  # a checkpoint written by rank 0 and read back by every rank
 
 
 @pytest.mark.parametrize("mode, said", [
-    ("raise", "rank 1 failed: ValueError: a batch of the wrong shape (failing.py:18)"),
-    ("exit", "rank 1 failed: failing.py exited with status 3 (failing.py:20)"),
+    ("raise", "rank 1 failed: ValueError: a batch of the wrong shape (failing.py:19)"),
+    ("exit", "rank 1 failed: failing.py exited with status 3 (failing.py:21)"),
     ("no-api", "failing.py never called parascale.script.start()"),
 ])
 def test_a_failing_script_ends_the_job_naming_the_rank_and_its_own_line(tmp_path, capfd,
@@ -73,6 +78,22 @@ def test_a_failing_script_ends_the_job_naming_the_rank_and_its_own_line(tmp_path
     assert said in err
     record = json.loads((out / "record.json").read_text())
     assert record["status"] == "failed" and said in record["reason"]
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("exit0", "rank 1 exited with status 0 before the run finished (failing.py:28)"),
+    ("os-exit0", "rank 1 exited with status 0 before the run finished; rank 0 then failed:"),
+])
+def test_a_copy_that_exits_with_status_0_mid_loop_is_named(tmp_path, capfd, mode, said):
+    """Not rank 0, whose collective broke when rank 1 left. sys.exit(0) goes on to the run's
+    closing collective, which waits for the others until --timeout; os._exit(0) leaves at once."""
+    out = tmp_path / "run"
+    code = main(["run", "--workers", "2", "--timeout", "5", "--out", str(out),
+                 str(write_script(tmp_path)), mode])
+    err = capfd.readouterr().err
+    assert code == 1
+    assert said in err, err
+    assert said in json.loads((out / "record.json").read_text())["reason"]
 
 
 def test_a_script_hung_in_a_collective_ends_within_the_timeout_naming_the_rank(tmp_path):

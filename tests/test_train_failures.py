@@ -48,6 +48,15 @@ def test_stuck_worker_is_named_after_the_collective_timeout(train_run, fault):
     assert record["reason"].startswith("rank 1 stopped responding"), record["reason"]
 
 
+@pytest.mark.parametrize("how", ["exit", "sysexit"])
+def test_a_worker_that_leaves_with_status_0_mid_run_is_named(train_run, fault, how):
+    fault(f"{how}@1:3")  # os._exit(0), sys.exit(0): rank 0's collective breaks, not its work
+    record, state = train_run(expect="failed", **FAST)
+    assert record["reason"].startswith("rank 1 exited with status 0 before the run finished"), \
+        record["reason"]
+    assert state is None
+
+
 def test_out_of_memory_is_a_result(train_run, fault):
     fault("oom@16")
     record, _ = train_run(expect="oom", **FAST)

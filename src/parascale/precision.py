@@ -44,7 +44,7 @@ class Verdict:
             return ""
         parts = []
         if self.relative_error is not None:
-            parts.append(f"standard error {self.relative_error:.0%} of it")
+            parts.append(f"standard error {_share(self.relative_error)} of it")
         elif self.steps is not None and self.steps >= MIN_STEPS:
             parts.append("no standard error could be estimated")
         if self.steps is not None:
@@ -55,6 +55,17 @@ class Verdict:
         return (f"{what} was not measured precisely enough to advise from{said}: that needs "
                 f"{MIN_STEPS}+ steps and a standard error of at most "
                 f"{MAX_RELATIVE_ERROR:.0%}{more}")
+
+
+def _share(relative: float) -> str:
+    """``relative`` as a percentage with as many decimals as it takes to differ from the limit
+    it is compared with (0.2512 is "25.1%", not the "25%" it would fail against)."""
+    for decimals in range(3):
+        shown = f"{relative:.{decimals}%}"
+        if relative == MAX_RELATIVE_ERROR or shown != f"{MAX_RELATIVE_ERROR:.{decimals}%}":
+            return shown
+    return f"over {MAX_RELATIVE_ERROR:.0%}" if relative > MAX_RELATIVE_ERROR else \
+        f"under {MAX_RELATIVE_ERROR:.0%}"
 
 
 def judge(value: float | None, se: float | None, steps: int | None) -> Verdict:

@@ -75,6 +75,8 @@ def flops_lines(record: dict) -> list[str]:
 
 def busy_warning(machine: dict | None) -> str | None:
     """One line when other programs competed for the CPUs while the run trained."""
+    from parascale.runtime.machine import others_text
+
     if not machine or not machine["busy"]:
         return None
     host = max(machine["hosts"], key=lambda h: h["other_cores"] + h["steal_cores"])
@@ -82,11 +84,5 @@ def busy_warning(machine: dict | None) -> str | None:
     load = f"other processes used {host['other_cores']:.2f} of {host['cores']} cores"
     if host["steal_cores"] >= 0.01:
         load += f" and the hypervisor took {host['steal_cores']:.2f}"
-    top = host["top_others"]
-    if top:
-        command = " ".join(top[0]["command"].split())[:60]  # one line, whatever argv held
-        biggest = f"; the biggest: pid {top[0]['pid']}, {top[0]['cores']:.2f} cores ({command})"
-    else:  # the load came from processes that did not last the whole window
-        biggest = "; no single process stood out"
     return (f"parascale: warning: the CPUs were busy while this run trained{where}: {load} "
-            f"on average{biggest}; its times are slower than a quiet machine's")
+            f"on average; {others_text(host)}; its times are slower than a quiet machine's")

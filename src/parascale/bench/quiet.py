@@ -20,20 +20,21 @@ WINDOW_S = 1.0  # one sample: long enough for the counters to be meaningful, sho
 DEFAULT_MAX_S = 120.0
 
 
-def _sample(window_s: float) -> tuple[dict[str, float], list[dict]]:
-    """Other programs' load over the next ``window_s`` seconds, and the biggest of them."""
+def _sample(window_s: float) -> tuple[dict[str, float], dict[str, Any]]:
+    """Other programs' load over the next ``window_s`` seconds, and who used it: the largest
+    processes seen at both ends, and what all those used (``machine.others_text``)."""
     mine = {os.getpid()}
     before = machine.process_times(exclude=mine)
     seen = machine.sample_other_cores(window_s)
     after = machine.process_times(exclude=mine)
-    return seen, machine.top_others(before, after, seen["seconds"])
+    used = machine.top_others(before, after, seen["seconds"], n=len(after))
+    return seen, {"other_cores": seen["other_cores"],
+                  "seen_cores": round(sum(p["cores"] for p in used), 3),
+                  "top_others": used[:machine.TOP_OTHERS]}
 
 
-def _who(top: list[dict]) -> str:
-    if not top:
-        return ""
-    first = top[0]
-    return f"; the biggest: {first['command'][:60]} (pid {first['pid']}, {first['cores']:.2f} cores)"
+def _who(who: dict[str, Any]) -> str:
+    return f"; {machine.others_text(who)}"
 
 
 def wait_for_quiet(max_s: float, echo: Callable[[str], None] = lambda line: None,
@@ -45,7 +46,7 @@ def wait_for_quiet(max_s: float, echo: Callable[[str], None] = lambda line: None
     began = time.monotonic()
     announced = False
     while True:
-        seen, top = _sample(window_s)
+        seen, who = _sample(window_s)
         other, steal = seen["other_cores"], seen["steal_cores"]
         quiet = not machine.is_busy(other, steal, cores)
         waited = time.monotonic() - began
@@ -53,15 +54,16 @@ def wait_for_quiet(max_s: float, echo: Callable[[str], None] = lambda line: None
             break
         if not announced:
             echo(f"waiting for a quiet machine (other programs below {threshold:.2f} of {cores} "
-                 f"cores, at most {max_s:.0f} s): now {other + steal:.2f} cores{_who(top)}")
+                 f"cores, at most {max_s:.0f} s): now {other + steal:.2f} cores{_who(who)}")
             announced = True
         if waited + window_s > max_s:  # another sample would pass the maximum
             break
     if not quiet:
         echo(f"the machine is still busy after {waited:.0f} s ({other + steal:.2f} other cores"
-             f"{_who(top)}): running anyway; the record says so")
+             f"{_who(who)}): running anyway; the record says so")
     elif announced:
         echo(f"quiet after {waited:.0f} s ({other + steal:.2f} other cores)")
     return {"quiet": quiet, "waited_s": round(waited, 2), "max_s": max_s,
             "other_cores": round(other, 3), "steal_cores": round(steal, 3),
-            "busy_threshold_cores": threshold, "cores": cores, "top_others": top}
+            "busy_threshold_cores": threshold, "cores": cores, "seen_cores": who["seen_cores"],
+            "top_others": who["top_others"]}

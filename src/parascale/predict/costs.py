@@ -1,4 +1,4 @@
-"""Time of one step's exchange, per strategy, in the α-β model (REFERENCE.md section 7).
+"""Time of one step's exchange, per strategy, in the α-β model (sources below, per formula).
 
 S is the gradient (or parameter) bytes that enter the exchange, n the workers, α the latency
 per message and β seconds per byte of the link. Each function returns seconds for *one

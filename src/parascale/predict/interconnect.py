@@ -103,7 +103,9 @@ PRESETS: dict[str, Link] = {p.name: p for p in (
             "roadmap); alpha ~5 us assumed for MPI/NCCL over it (the wire is ~1 us)"),
     _preset("25gbe", 30.0, 3.125,
             "25 Gigabit Ethernet (IEEE 802.3by): 25 Gb/s = 3.125 GB/s per direction, the network "
-            "of Horovod's 512-GPU figures (REFERENCE.md section 6); alpha ~30 us assumed for TCP"),
+            "of Horovod's 512-GPU figures (Sergeev and Del Balso, 'Horovod: fast and easy "
+            "distributed deep learning in TensorFlow', arXiv:1802.05799, 2018); alpha ~30 us "
+            "assumed for TCP"),
     _preset("loopback", 150.0, 1.2,
             "gloo over loopback between 2 CPU processes, fitted once from 'parascale comm "
             "--workers 2' on the development machine (2 shared cores, 2026-11-24): alpha "

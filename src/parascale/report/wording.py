@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Callable, Iterable
 
 from parascale.report.load import RunRecord
+from parascale.runtime.machine import others_text
 from parascale.report.rows import (
     SPEEDUP,
     GroupKey,
@@ -215,17 +216,15 @@ def _machine_text(record: RunRecord) -> str:
     text = f"{other:.2f} other cores" + (f" + {steal:.2f} stolen" if steal else "")
     if cores:
         text += f" of {cores}"
-    top = _biggest_other(record)
-    if top is not None:
-        text += (f"; biggest other: {str(top.get('command', '?'))[:60]} (pid {top.get('pid')}, "
-                 f"{top.get('cores', 0):.2f} cores)")
-    return text
+    host = _busiest_host(record)
+    return text + (f"; {others_text(host)}" if host is not None else "")
 
 
-def _biggest_other(record: RunRecord) -> dict | None:
-    found = [p for h in record.get("machine", "hosts", default=[]) if isinstance(h, dict)
-             for p in h.get("top_others") or [] if isinstance(p, dict)]
-    return max(found, key=lambda p: p.get("cores") or 0) if found else None
+def _busiest_host(record: RunRecord) -> dict | None:
+    """The host whose other programs used the most, where the record has hosts."""
+    hosts = [h for h in record.get("machine", "hosts", default=[]) or [] if isinstance(h, dict)]
+    return max(hosts, key=lambda h: (h.get("other_cores") or 0) + (h.get("steal_cores") or 0),
+               default=None)
 
 
 def busy_lines(rows: list[Row]) -> list[str]:
@@ -240,11 +239,11 @@ def busy_sentence(rows: list[Row]) -> str:
         return ""
     total = sum(len(row.records) + len(row.baselines) for row in rows)
     worst = max(busy, key=lambda r: r.get("machine", "other_cores", default=0.0))
-    top = _biggest_other(worst)
+    host = _busiest_host(worst)
     text = (f"Warning: {len(busy)} of {total} runs ran on a busy machine (other programs used "
             f"up to {worst.get('machine', 'other_cores', default=0.0):.2f} cores meanwhile")
-    if top is not None:
-        text += f"; the biggest: {str(top.get('command', '?'))[:60]}"
+    if host is not None:
+        text += f"; {others_text(host)}"
     return text + ("), so their throughput may be understated and the comparisons skewed; "
                    "parascale bench --quiet-machine waits for a quiet machine before each run.")
 

@@ -2,6 +2,9 @@
 
 A worker whose peer died sees a broken or timed-out collective. Such an error is marked
 *secondary* so that the launcher names the rank that caused the failure, not its victims.
+A worker whose own code ended it with status 0 (``sys.exit(0)``) before its work was done
+*left*: its peers' collectives break, and the launcher names it as it names a worker that
+exited with status 0 without a word (``os._exit(0)``).
 A known failure (:class:`parascale.errors.KnownFailure`: divergence, a bad data file) is one
 line for the user; every failure's traceback goes into the error file as ``detail``, which the
 run record keeps, and an unexpected error's is printed too (rank 0's on the terminal, the
@@ -42,9 +45,24 @@ def is_secondary(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(word in text for word in _COLLECTIVE_WORDS)
 
 
+def left_early(exc: BaseException) -> bool:
+    """The worker's own code ended it with status 0 (``sys.exit(0)``, or a failure marked
+    ``left``) before its work was done."""
+    return (isinstance(exc, SystemExit) and exc.code in (None, 0)) or getattr(exc, "left", False)
+
+
+#: how the launcher says that a rank left: "rank 1 exited with status 0 before ..."
+LEFT_EARLY = "exited with status 0 before the run finished"
+
+
 def describe(exc: BaseException) -> str:
     """One line: the exception type and the first line of its message (a known failure's
     message alone: it says what happened)."""
+    if isinstance(exc, SystemExit) and left_early(exc):
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames \
+            else ""
+        return f"{LEFT_EARLY} (sys.exit(0){where})"
     first = (str(exc).strip().splitlines() or [""])[0][:400]
     if isinstance(exc, KnownFailure) and first:
         return first
@@ -67,7 +85,9 @@ def write_error_file(exc: BaseException) -> None:
     path = os.environ.get(contract.ERROR_FILE)
     if not path:
         return
-    report = {"message": describe(exc), "secondary": is_secondary(exc),
+    # one that left is not the root cause where another rank failed on its own
+    report = {"message": describe(exc), "secondary": is_secondary(exc) or left_early(exc),
+              "left": left_early(exc),
               "oom": is_out_of_memory(exc), "repeats": repeats(exc), "detail": detail(exc),
               "no_space": isinstance(exc, NoSpace) or full_disk(exc) is not None}
     tmp = f"{path}.tmp"
@@ -94,7 +114,8 @@ def serve_as_worker(body: Callable[[], object]) -> NoReturn:
         if isinstance(exc, SystemExit):  # parascale never exits a worker so: the user's code
             exc = exited(exc)
         write_error_file(exc)
-        if not isinstance(exc, (KnownFailure, KeyboardInterrupt)) and not is_secondary(exc):
+        if not isinstance(exc, (KnownFailure, KeyboardInterrupt)) and not is_secondary(exc) \
+                and not left_early(exc):
             traceback.print_exc()  # rank 0's goes to the terminal, others' to their log
         exit_now(1)
     exit_now(0)

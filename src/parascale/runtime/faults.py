@@ -5,6 +5,8 @@
 - ``kill@R:S``  rank R kills itself with SIGKILL before step S (a worker that dies);
 - ``raise@R:S`` rank R raises RuntimeError before step S (a worker that crashes);
 - ``hang@R:S``  rank R sleeps forever before step S (a worker that is stuck);
+- ``exit@R:S``  rank R calls ``os._exit(0)`` before step S (a worker that leaves early with
+  status 0, as a task calling ``os._exit(0)`` does; ``sys.exit(0)`` is ``sysexit@R:S``);
 - ``slow@R:T``  rank R sleeps T seconds before every step (a straggler);
 - ``nan@R:S``   rank R's loss at step S is NaN, and so are its gradients (a diverging run);
 - ``hog@R:S``   rank R takes memory before step S, 64 MiB at a time, until the kernel's
@@ -12,7 +14,7 @@
 - ``oom@B``     every rank raises out-of-memory at its first step when the per-device batch is at
   least B (an out-of-memory error at the trainer boundary, for studies on machines without GPUs).
 
-Restarts (``--max-restarts``, torchrun's): an event (kill, raise, hang, nan, hog) happens in the
+Restarts (``--max-restarts``, torchrun's): an event (kill, raise, hang, exit, nan, hog) happens in the
 first start of the workers only, so that a restarted job does not meet the same fault forever;
 ``/A`` makes it happen in attempt A instead (0 the first start, 1 after the first restart...)
 and ``/*`` in every attempt (``kill@1:5/*`` exhausts any number of restarts). A condition
@@ -30,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from dataclasses import dataclass
 
@@ -40,7 +43,7 @@ from parascale.runtime import contract
 from parascale.runtime.env import attempt as current_attempt
 
 ENV = contract.FAULT
-_FORM = re.compile(r"(kill|raise|hang|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)(?:/(\d+|\*))?"
+_FORM = re.compile(r"(kill|raise|hang|exit|sysexit|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)(?:/(\d+|\*))?"
                    r"|oom@(\d+)", re.ASCII)  # \d alone would take '５', which int() reads
 CONDITIONS = ("slow", "oom")  # hold in every attempt; the other kinds are events
 EVERY = "*"
@@ -53,7 +56,7 @@ def _items(text: str) -> list[tuple[str, int | None, float, int | str]]:
         match = _FORM.fullmatch(item.strip())
         if not match:
             raise UsageError(f"{ENV}={text!r}: cannot read {item.strip()!r}; use kill@R:S, "
-                             "raise@R:S, hang@R:S, nan@R:S, hog@R:S, slow@R:SECONDS or "
+                             "raise@R:S, hang@R:S, exit@R:S, sysexit@R:S, nan@R:S, hog@R:S, slow@R:SECONDS or "
                              "oom@BATCH (R a rank, S a step from 1), comma-separated; an "
                              "event may end in /A (attempt A only) or /* (every attempt)")
         kind, who, when, attempt, oom = match.groups()
@@ -86,6 +89,8 @@ class Faults:
     kill_at: int | None = None
     raise_at: int | None = None
     hang_at: int | None = None
+    exit_at: int | None = None
+    sysexit_at: int | None = None
     nan_at: int | None = None
     hog_at: int | None = None
     slow_s: float = 0.0
@@ -120,6 +125,10 @@ class Faults:
             os.kill(os.getpid(), signal.SIGKILL)
         if step == self.raise_at:
             raise RuntimeError(f"injected fault on rank {self.rank} at step {step}")
+        if step == self.exit_at:
+            os._exit(0)
+        if step == self.sysexit_at:
+            sys.exit(0)
         if step == self.hang_at:
             while True:
                 time.sleep(3600)

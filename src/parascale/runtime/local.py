@@ -12,12 +12,14 @@ When a worker exits with an error or is killed, the failure names the rank that 
 the others are killed at once: a stuck worker may not answer SIGTERM (one blocked in native code
 never runs a Python handler), and the job has failed anyway. A worker that dies takes its peers
 down with connection errors; those are *consequences*, so the launcher prefers a worker's own
-error over them, and when every failed rank only reports a broken or timed-out collective, the
-ranks still running are the ones that stopped responding. A hung worker therefore ends the job
+error over them, and when every failed rank only reports a broken or timed-out collective, a
+rank that left first with status 0 (``sys.exit(0)``, ``os._exit(0)`` mid-run) is the cause, and
+else the ranks still running are the ones that stopped responding. A hung worker therefore ends the job
 at most ``timeout`` + :data:`STUCK_SLACK_S` seconds after its peers start waiting for it.
 
-Ctrl-C or SIGTERM to the launcher stops the workers (SIGTERM, then SIGKILL after a grace
-period) and removes the job's folder; folders of launchers killed outright are removed by the
+Ctrl-C or SIGTERM to the launcher stops the workers and whatever they started (SIGTERM to
+them all at once, then SIGKILL after one grace period: :func:`.processes.stop`) and removes
+the job's folder; folders of launchers killed outright are removed by the
 next launch (:mod:`.scratch`).
 
 Restarts (``--max-restarts``), as torchrun's elastic agent does them: when an attempt fails,
@@ -44,7 +46,7 @@ import torch.distributed as dist
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
-from parascale.runtime import contract, memory, processes
+from parascale.runtime import contract, failure, memory, processes
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.rendezvous import LOOPBACK, address_towards, open_store  # noqa: F401
@@ -117,6 +119,7 @@ class LocalJob:
         # evidence for a worker the kernel kills for lack of memory (runtime/memory.py)
         self.kills_before, self.limit = memory.oom_kills(), memory.limit_bytes()
         self.peaks = memory.Peaks([])
+        self.ended: list[int] = []  # ranks in the order their exits were seen
 
     def run(self) -> Outcome:
         """Start the workers and block until every one succeeded or the job failed; never
@@ -156,6 +159,7 @@ class LocalJob:
                 self.peaks.sample()
             polls += 1
             codes = [p.poll() for p in self.procs]
+            self.ended += [r for r, c in enumerate(codes) if c is not None and r not in self.ended]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed and first_failure is None:
                 first_failure = time.monotonic()
@@ -178,20 +182,23 @@ class LocalJob:
                                report.get("detail"))
         primary = [r for r, rep in reports.items() if not rep.get("secondary")]
         if primary:
-            rank = primary[0]
-            return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank,
-                           reports[rank].get("detail"), bool(reports[rank].get("repeats")),
-                           no_space=bool(reports[rank].get("no_space")))
+            return _named(primary[0], reports[primary[0]])
+        others = ", ".join(map(str, sorted(reports)))
+        cause = next(iter(reports.values()))
+        left = [r for r in self.ended if codes[r] == 0 or reports.get(r, {}).get("left")]
+        if left:  # those who stayed saw a collective break because this one went
+            rank = left[0]
+            if rank in reports:
+                return _named(rank, reports[rank])
+            return Outcome("failed", f"rank {rank} {failure.LEFT_EARLY}; rank"
+                           f"{'s' if len(reports) > 1 else ''} {others} then {cause['message']}",
+                           rank, cause.get("detail"))
         if running_then:
             rank = running_then[0]
-            others = ", ".join(map(str, sorted(reports)))
-            cause = next(iter(reports.values()))
             return Outcome("failed", f"rank {rank} stopped responding (still running but not "
                            f"taking part in collectives); rank(s) {others} gave up: "
                            f"{cause['message']}", rank, cause.get("detail"))
-        rank = min(reports)
-        return Outcome("failed", f"rank {rank} {reports[rank]['message']}", rank,
-                       reports[rank].get("detail"))
+        return _named(min(reports), reports[min(reports)])
 
     def _report(self, rank: int, code: int) -> dict:
         """What a failed worker said about itself, or what its exit code and log tell."""
@@ -199,7 +206,8 @@ class LocalJob:
         if error_file.exists():
             try:
                 report = json.loads(error_file.read_text())
-                report["message"] = f"failed: {report['message']}"
+                if not report.get("left"):  # "rank 1 exited with status 0 before ..."
+                    report["message"] = f"failed: {report['message']}"
                 return report
             except (OSError, ValueError, KeyError):
                 pass
@@ -214,6 +222,12 @@ class LocalJob:
 
     def _stop(self, grace_s: float) -> None:
         processes.stop(self.procs, grace_s)
+
+
+def _named(rank: int, report: dict) -> Outcome:
+    """The job failed as ``rank`` says it did."""
+    return Outcome("failed", f"rank {rank} {report['message']}", rank, report.get("detail"),
+                   bool(report.get("repeats")), no_space=bool(report.get("no_space")))
 
 
 def launch(module: str, size: int, env: dict[str, str], port: int | None = None,

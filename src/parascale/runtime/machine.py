@@ -11,6 +11,12 @@ steal time is what other guests took. Both are averages in cores (CPU-seconds pe
 A window counts as busy when other + steal reaches ``busy_threshold(cores)``: a tenth of the
 machine, and never less than a quarter of a core (below that, the counters' own jitter and the
 launcher's polling are of the same order).
+
+Processes are named only from their CPU time at the window's two ends, so a process that
+started or ended within it is never seen: a build's compilers, a test suite's interpreters.
+What the processes seen at both ends used (``seen_cores``) is kept beside the other load, and
+:func:`others_text` says how much of that load none of them explains, rather than calling the
+largest of them, perhaps a few hundredths of a core, the cause.
 """
 from __future__ import annotations
 
@@ -196,6 +202,26 @@ def top_others(before: dict[int, tuple[float, str]], after: dict[int, tuple[floa
     used.sort(reverse=True)
     return [{"pid": pid, "command": cmd, "cores": cpu / max(seconds, 1e-9)}
             for cpu, pid, cmd in used[:n] if cpu > 0]
+
+
+def others_text(load: dict) -> str:
+    """Who used the other cores of ``load`` (a record's host entry or a quiet-machine sample:
+    ``other_cores``, ``top_others`` and, where recorded, ``seen_cores``): the largest process
+    seen, and the cores that no process seen at both ends of the window explains."""
+    top = load.get("top_others") or []
+    if top:
+        command = " ".join(str(top[0].get("command", "?")).split())[:60]  # one line
+        text = (f"the largest process seen throughout: {command} (pid {top[0].get('pid')}, "
+                f"{top[0].get('cores', 0.0):.2f} cores)")
+    else:
+        text = "no process seen throughout used CPU"
+    seen = load.get("seen_cores")
+    if seen is None:  # a record from before seen_cores: the rest cannot be told
+        return text if top else "no single process stood out"
+    unnamed = max(0.0, load.get("other_cores", 0.0) - seen)
+    if round(unnamed, 2) > 0:
+        text += f"; {unnamed:.2f} cores came from processes too short-lived to name"
+    return text
 
 
 def sample_other_cores(seconds: float) -> dict[str, float]:

@@ -15,7 +15,10 @@ file). libgomp reads ``OMP_NUM_THREADS`` when torch is imported, in the server, 
 sets its thread count itself.
 
 Die with the launcher: the server dies with the launcher, and each child with the server
-(Linux's parent-death signal, see :mod:`.fork_server_init`). Processes
+(Linux's parent-death signal, see :mod:`.fork_server_init`). Each worker leads a process group
+of its own, which whatever it starts joins (a script's ``subprocess.Popen``, ``multiprocessing``
+and DataLoader children): :func:`stop` signals the whole group, so none of them outlives the
+job, even one orphaned when its worker ended. Processes
 that need a fresh interpreter (parameter servers) are started with :func:`start_command`.
 
 Where this Python lacks one of the private parts of ``multiprocessing`` this relies on
@@ -199,6 +202,7 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
     import multiprocessing
 
     die_with_parent()
+    os.setpgid(0, 0)  # a group of its own, for stop() to end with whatever it starts
     _set_title(title)
     if os.getppid() != server:  # the server died before the parent-death signal was armed
         os._exit(1)
@@ -281,9 +285,11 @@ def _set_title(title: str) -> None:
 class Child:
     """One started process, forked or executed: poll, signal, wait."""
 
-    def __init__(self, proc):
+    def __init__(self, proc, own_group: bool = True):
         self._proc = proc
         self.pid = proc.pid
+        #: it leads a process group (its pid), which :func:`stop` signals whole
+        self.own_group = own_group
 
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or None while it runs."""
@@ -346,7 +352,7 @@ def _start_plain(module: str, env: dict[str, str], log: Path | None, threads: in
     code = ("import json, sys; sys.path[:] = json.loads(sys.argv[4]); "
             "from parascale.runtime.processes import plain_main; plain_main()")
     return start_command([sys.executable, "-c", code, module, str(threads), title,
-                          json.dumps(sys.path)], env, log, cwd=os.getcwd())
+                          json.dumps(sys.path)], env, log, cwd=os.getcwd(), own_group=True)
 
 
 @contextlib.contextmanager
@@ -364,39 +370,107 @@ def _no_main() -> Iterator[None]:
 
 
 def start_command(argv: list[str], env: dict[str, str], log: Path | None,
-                  cwd: str | None = None) -> Child:
-    """Execute ``argv`` (a fresh interpreter), dying with this process; output to ``log``."""
+                  cwd: str | None = None, own_group: bool = False) -> Child:
+    """Execute ``argv`` (a fresh interpreter), dying with this process; output to ``log``.
+    ``own_group``: it leads a process group of its own, as a worker does (module docstring)."""
     handle = open(log, "wb") if log is not None else None  # noqa: SIM115 - closed below
     try:
         return Child(subprocess.Popen(argv, env=env, stdout=handle, stderr=handle, cwd=cwd,
-                                      stdin=subprocess.DEVNULL, preexec_fn=die_with_parent))
+                                      stdin=subprocess.DEVNULL,
+                                      preexec_fn=_worker_start if own_group else die_with_parent),
+                     own_group)
     finally:
         if handle is not None:
             handle.close()
 
 
+def _worker_start() -> None:
+    die_with_parent()
+    os.setpgid(0, 0)
+
+
 def stop(children: list[Child], grace_s: float) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``; with no grace, SIGKILL at once. Returns when
-    every one has exited, and so has every process they had started (a trial's workers and its
-    fork server outlive it by a moment otherwise, and a caller that exits then leaves them)."""
+    every one has exited, and so has every process they had started: the members of their
+    process groups, even those whose worker has ended, and their descendants (a trial's workers
+    and its fork server outlive it by a moment otherwise, and a caller that exits then leaves
+    them). SIGTERM goes to the children and their groups at once (a descendant outside the
+    groups, such as a trial's own workers, is the child's to stop), and all share one grace
+    period: a job whose processes exit at SIGTERM ends at once, and one that ignores it after
+    ``grace_s``, however many processes it has."""
+    groups = [c.pid for c in children if c.own_group]
+    others = _family(children, groups)
+    if grace_s > 0:
+        _signal(children, groups, [], signal.SIGTERM)
+        if _wait(children, others, time.monotonic() + grace_s):
+            return
+        others = _family(children, groups, others)  # and any started meanwhile
+    _signal(children, groups, others, signal.SIGKILL)
+    for child in children:
+        child.wait(None)
+    _wait(children, others, time.monotonic() + KILLED_WAIT_S)
+
+
+#: how long processes that were sent SIGKILL, other than the caller's own children, may take
+#: to be gone before stop() returns without them (one in uninterruptible sleep takes its time)
+KILLED_WAIT_S = 5.0
+
+
+def _family(children: list[Child], groups: list[int], known: list | None = None) -> list:
+    """Every process other than ``children`` to stop with them, as psutil processes: their
+    descendants and the members of their process groups."""
     import psutil  # here: the command line imports this module before it needs psutil
 
     from parascale.runtime.machine import descendants
 
-    alive = [c for c in children if c.poll() is None]
-    family = [p for child in alive for p in descendants(child.pid)]
-    for child in alive:
-        child.send(signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
-    deadline = time.monotonic() + grace_s
-    for child in alive:
-        if child.wait(max(0.0, deadline - time.monotonic())) is None:
-            child.send(signal.SIGKILL)
-            child.wait(None)
-    _, left = psutil.wait_procs(family, timeout=max(0.0, deadline - time.monotonic()) + 1.0)
-    for proc in left:
+    found = {p.pid: p for p in known or []}
+    for child in children:
+        if child.poll() is None:
+            found.update((p.pid, p) for p in descendants(child.pid))
+    if groups:
+        for proc in psutil.process_iter():
+            try:
+                if os.getpgid(proc.pid) in groups:
+                    found.setdefault(proc.pid, proc)
+            except (ProcessLookupError, PermissionError):
+                pass
+    own = {c.pid for c in children}
+    return [p for pid, p in found.items() if pid not in own and pid != os.getpid()]
+
+
+def _signal(children: list[Child], groups: list[int], others: list, sig: int) -> None:
+    """``sig`` to every one at once: the children themselves (a worker may not have made its
+    group yet), their groups, and ``others``."""
+    import psutil
+
+    for child in children:
+        child.send(sig)
+    for group in groups:
         try:
-            proc.kill()
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in others:
+        try:
+            proc.send_signal(sig)
         except psutil.Error:
             pass
-    psutil.wait_procs(left, timeout=5.0)
 
+
+def _wait(children: list[Child], others: list, deadline: float) -> bool:
+    """Until ``deadline``, wait for all of them to be gone (a zombie counts as gone: it no longer
+    runs, and a container's init may never reap it); whether they are."""
+    while True:
+        running = any(c.poll() is None for c in children) or any(_runs(p) for p in others)
+        if not running or time.monotonic() >= deadline:
+            return not running
+        time.sleep(0.02)
+
+
+def _runs(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -4,7 +4,9 @@ What the launcher reports of a failing script is its own error and its own line 
 failed: ValueError: bad shape (train.py:41)"), not the line of parascale or torch it ended in;
 its traceback stays in the record's ``detail``. A script that exits with a non-zero status
 fails the job the same way; one that never called :func:`parascale.script.start` too, since
-its copies trained alone and nothing measured them.
+its copies trained alone and nothing measured them. A copy that exits with status 0 goes on to
+the run's closing collective; if that breaks, it was this copy that left while the others still
+trained, and the launcher names it (with its line) rather than the copies it left waiting.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from parascale.errors import KnownFailure
 from parascale.runtime import contract
-from parascale.runtime.failure import describe, is_out_of_memory, is_secondary
+from parascale.runtime.failure import LEFT_EARLY, describe, is_out_of_memory, is_secondary
 from parascale.training.console import ConsoleLog
 
 _LIBRARIES = tuple({str(Path(p).resolve()) for p in (
@@ -28,6 +30,15 @@ _LIBRARIES = tuple({str(Path(p).resolve()) for p in (
 
 class ScriptFailed(KnownFailure):
     """The script raised or exited non-zero: the message names its error and line."""
+
+
+class ScriptLeft(KnownFailure):
+    """The script exited with status 0 where the other copies did not: it left their run."""
+
+    left = True
+
+    def __init__(self, message: str):
+        super().__init__(message, secondary=True)
 
 
 def where(exc: BaseException) -> str:
@@ -47,6 +58,7 @@ def run_script(path: str, argv: list[str]) -> None:
     sys.path.insert(0, str(Path(path).resolve().parent))  # as python puts the script's folder
     name = Path(path).name
     log = _console()
+    exited = None
     try:
         with log.tee() if log else contextlib.nullcontext():
             runpy.run_path(path, run_name="__main__")
@@ -54,6 +66,7 @@ def run_script(path: str, argv: list[str]) -> None:
         if exc.code not in (None, 0):
             said = f": {exc.code}" if isinstance(exc.code, str) else f" with status {exc.code}"
             raise ScriptFailed(f"{name} exited{said} ({where(exc)})") from exc
+        exited = exc
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt) or is_secondary(exc) or is_out_of_memory(exc):
             raise  # the launcher's own words for these (a peer's failure, memory)
@@ -66,7 +79,12 @@ def run_script(path: str, argv: list[str]) -> None:
     if run is None:
         raise ScriptFailed(f"{name} never called parascale.script.start(): its copies trained "
                            "alone and unmeasured (docs/scripts.md shows the lines to add)")
-    run.finish()
+    try:
+        run.finish()
+    except BaseException as exc:
+        if exited is not None and is_secondary(exc):
+            raise ScriptLeft(f"{LEFT_EARLY} ({where(exited)})") from exc
+        raise
 
 
 def _console() -> ConsoleLog | None:

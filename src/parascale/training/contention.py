@@ -111,13 +111,16 @@ def machine_section(ends: list[dict]) -> dict | None:
             continue
         load = machine.load(reader["a"], reader["b"], sum(r["own_s"] for r in ranks))
         job = {pid for r in ranks for pid in r["pids"]}
-        others = [p for p in reader["used"] if p["pid"] not in job][:machine.TOP_OTHERS]
+        others = [p for p in reader["used"] if p["pid"] not in job]
         hosts.append({"host": host, "cores": reader["cores"], "window_s": load["seconds"],
                       "busy_cores": load["busy_cores"], "own_cores": load["own_cores"],
                       "other_cores": load["other_cores"], "steal_cores": load["steal_cores"],
                       "busy": machine.is_busy(load["other_cores"], load["steal_cores"],
                                               reader["cores"]),
-                      "load_avg_1m": reader["load_avg_1m"], "top_others": others})
+                      "load_avg_1m": reader["load_avg_1m"],
+                      # the rest of other_cores came from processes too short-lived to see
+                      "seen_cores": sum(p["cores"] for p in others),
+                      "top_others": others[:machine.TOP_OTHERS]})
     if not hosts:
         return None
     cores = max(h["cores"] for h in hosts)
