@@ -9,7 +9,6 @@ The fields are described in docs/record.md.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parascale.files import atomic_write_text
+from parascale import safejson
 from parascale.safejson import Refused, check_types, load
 
 VERSION = "0.1.0"  # the same as pyproject.toml's; parascale.__version__ is this
@@ -96,7 +96,9 @@ def failure_record(config: dict[str, Any], status: str, reason: str, derived: di
 
 
 def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=2) + "\n"
+    """The record as strict JSON (a non-finite figure is null, with why beside it:
+    :func:`parascale.safejson.dumps`)."""
+    return safejson.dumps(record, indent=2) + "\n"
 
 
 def write(out_dir: str | os.PathLike, record: dict[str, Any]) -> Path:

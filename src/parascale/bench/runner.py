@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from parascale import safejson
 from parascale import record as rec
 from parascale.bench import scripts
 from parascale.bench.study import Job, run_train
@@ -121,7 +122,7 @@ class StudyRunner:
         plan = {"schema": rec.PLAN_SCHEMA, "name": self.name, "written": rec.now(),
                 "inputs": inputs, "runs": runs}
         return atomic_write_text(self.study / PLAN,
-                                 json.dumps(plan, indent=2, default=str) + "\n")
+                                 safejson.dumps(plan, indent=2, default=str) + "\n")
 
     def _study_block(self, job: Job) -> dict[str, Any]:
         block = {"name": self.name, "config_id": job.config_id, "scaling": job.scaling,

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from parascale import safejson
 from parascale import record as rec
 from parascale.config import TrainConfig
 from parascale.errors import NoSpace, UsageError
@@ -84,7 +85,7 @@ def launch_script(cfg: TrainConfig, size: int, script: Path, argv: list[str],
 
 def spec(cfg: TrainConfig, script: Path, argv: list[str]) -> str:
     """What each copy is told (``contract.SCRIPT``)."""
-    return json.dumps({"path": str(script), "argv": argv, "config": cfg.to_dict()})
+    return safejson.dumps({"path": str(script), "argv": argv, "config": cfg.to_dict()})
 
 
 def _job(cfg: TrainConfig, size: int, script: Path, argv: list[str], store, folder: Path,

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from parascale import data
+from parascale import data, safejson
 from parascale import record as rec
 from parascale.batch import Plan
 from parascale.config import TrainConfig
@@ -93,8 +93,8 @@ def _run_job(cfg: TrainConfig, size: int, plan: Plan, store, folder: Path,
               f"{cfg.max_restarts})", flush=True)
         return {contract.RESUME: chosen.to_env() if chosen else ""}
 
-    env = {contract.CONFIG: json.dumps(resolved.to_dict()),
-           contract.PLAN: json.dumps(plan.to_dict()),
+    env = {contract.CONFIG: safejson.dumps(resolved.to_dict()),
+           contract.PLAN: safejson.dumps(plan.to_dict()),
            **(data.handover_env(cfg) if cfg.task is None else {}),
            contract.CHECKPOINTS: str(checkpoints or ""),
            contract.LOG: str(log.path) if log else "",
