@@ -82,19 +82,6 @@ def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def failure_record(config: dict[str, Any], status: str, reason: str, derived: dict | None,
-                   environment_: dict | None = None, detail: str | None = None) -> dict[str, Any]:
-    """A record for a run that did not finish: never claims success, always says why.
-
-    ``detail`` is the failing rank's traceback: the user sees the one-line ``reason``, and
-    whoever needs more finds it here."""
-    return {"schema": SCHEMA, "status": status, "reason": reason, "detail": detail,
-            "config": config, "derived": derived, "environment": environment_, "epochs": [],
-            "steps": None, "memory": None, "time_to_accuracy": None, "sync": None,
-            "machine": None, "timing": None, "resumed": None, "restarts": [],
-            "checkpoints": None, "profile": None, "noise": None, "summary": None, "study": None}
-
-
 def dumps(record: dict[str, Any]) -> str:
     """The record as strict JSON (a non-finite figure is null, with why beside it:
     :func:`parascale.safejson.dumps`)."""

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from parascale import safejson
 from parascale import record as rec
+from parascale import runrecord, safejson
 from parascale.bench import scripts
 from parascale.bench.study import Job, run_train
 from parascale.config import TrainConfig
@@ -224,7 +224,7 @@ class StudyRunner:
                    "global_batch": job.global_batch or job.train.get("global_batch")}
         config = TrainConfig.from_dict({**job.train, "workers": job.world_size}).to_dict()
         config["save_model"] = job.train.get("save_model", False)
-        return self._file(job, rec.failure_record(config, status, reason, derived))
+        return self._file(job, runrecord.failed(config, status, reason, derived).to_dict())
 
     def file_elsewhere(self, job: Job, reason: str) -> dict[str, Any]:
         """File the run of ``job`` that trained outside this process (a Slurm job trains into
