@@ -123,8 +123,9 @@ class EpochEntry:
         """Whether any figure of an evaluation is in it (a script's may have no loss)."""
         return any(value is not None for value in self.metrics.values())
 
-    def to_dict(self) -> dict[str, Any]:
-        """The entry as the record writes it (and --tensorboard shows it)."""
+    def to_dict(self, unit: Unit | None = None) -> dict[str, Any]:
+        """The entry as the record writes it (and --tensorboard shows it), its per-token
+        figures in ``unit`` (the record's task's; by default the one it was made with)."""
         metrics = self.metrics
         out: dict[str, Any] = {
             "epoch": self.epoch, "warmup": self.warmup, "steps": self.steps,
@@ -140,7 +141,7 @@ class EpochEntry:
         if self.resumed:
             out["resumed"] = True
         out.update((k, v) for k, v in metrics.items() if k not in ("test_loss", "test_accuracy"))
-        out.update(self.unit.entry_figures(self.throughput, metrics))
+        out.update((unit or self.unit).entry_figures(self.throughput, metrics))
         out.update(self.extra)
         out["elapsed_s"] = self.elapsed_s
         return out
@@ -230,7 +231,7 @@ class Record:
             out["task"] = self.task
         out.update({
             "environment": self.environment,
-            "epochs": [e.to_dict() for e in self.epochs], "steps": self.steps,
+            "epochs": [e.to_dict(unit) for e in self.epochs], "steps": self.steps,
             "memory": self.memory, "time_to_accuracy": self.time_to_accuracy,
             "sync": self.sync, "machine": self.machine, "timing": self.timing,
             "resumed": self.resumed, "restarts": self.restarts,
