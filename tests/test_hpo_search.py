@@ -127,18 +127,25 @@ def test_a_killed_search_resumes_without_losing_or_repeating_a_trial(tmp_path, c
     assert not [t for t in after if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 
-def test_rank_0_asks_the_study_and_every_rank_stops_when_pruned(tmp_path, capfd, monkeypatch):
+def _judged_trial(tmp_path, monkeypatch):
+    """A study with two earlier trials far better at every epoch, and the trial the next run
+    is (the median rule prunes it at its first judged epoch, 2)."""
     storage = f"sqlite:///{tmp_path / 'hpo.db'}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     the_study = optuna.create_study(storage=storage, study_name="t", direction="maximize")
     lr = {"lr": FloatDistribution(0.001, 0.1)}
-    for _ in range(2):  # two earlier trials that were far better at every epoch
+    for _ in range(2):
         the_study.add_trial(create_trial(value=0.999, params={"lr": 0.05}, distributions=lr,
                                          intermediate_values={1: 0.999, 2: 0.999, 3: 0.999}))
     trial = the_study.ask(lr)
     monkeypatch.setenv(JUDGE_ENV, json.dumps({
         "storage": storage, "study": "t", "trial_id": trial._trial_id, "number": trial.number,
         "pruner": "median", "objective": "accuracy"}))
+    return the_study, trial
+
+
+def test_rank_0_asks_the_study_and_every_rank_stops_when_pruned(tmp_path, capfd, monkeypatch):
+    the_study, trial = _judged_trial(tmp_path, monkeypatch)
     out = tmp_path / "run"
     code = main(["train", "--workers", "2", "--model", "smallcnn", "--epochs", "4", "--lr",
                  "0.001", "--val-fraction", "0.2", "--no-evaluate-test", "--out", str(out)])
@@ -152,6 +159,24 @@ def test_rank_0_asks_the_study_and_every_rank_stops_when_pruned(tmp_path, capfd,
     reported = the_study.trials[trial.number].intermediate_values
     assert list(reported) == [1, 2]
     assert reported[2] == record["epochs"][1]["val_accuracy"]
+
+
+def test_a_trial_that_finished_its_epochs_is_never_pruned(tmp_path, capfd, monkeypatch):
+    """The pruner is not asked after the last epoch: a trial that trained every epoch ends
+    complete, with its objective, even when it is below the median there (its value is still
+    reported, for trials that run longer)."""
+    the_study, trial = _judged_trial(tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    # epoch 1 is the median rule's warm-up; epoch 2, the first it judges, is the last
+    code = main(["train", "--workers", "2", "--model", "mlp", "--epochs", "2", "--lr", "0.001",
+                 "--val-fraction", "0.2", "--no-evaluate-test", "--out", str(out)])
+    text = capfd.readouterr().out
+    assert code == 0
+    record = json.loads((out / "record.json").read_text())
+    assert record["search"] == {"trial": trial.number, "pruned_at_epoch": None}
+    assert len(record["epochs"]) == 2 and "pruned" not in text
+    reported = the_study.trials[trial.number].intermediate_values
+    assert list(reported) == [1, 2]
 
 
 def test_sigterm_stops_the_trials_and_queues_them_again(tmp_path):
@@ -197,3 +222,52 @@ def test_when_every_trial_fails_the_last_line_names_only_what_was_written(tmp_pa
     assert "trial 0 (lr=" in text and ": failed: " in text and "no trial completed" in text
     assert text.strip().splitlines()[-1] == f"table: {out / 'trials.csv'}"
     assert not (out / "best.json").exists() and not (out / "plots").exists()
+
+
+BROKEN_TEST_SET = """
+import torch
+from torch import nn
+from parascale.tasks import Task
+
+class Points(torch.utils.data.Dataset):
+    def __init__(self, n, readable):
+        g = torch.Generator().manual_seed(n)
+        self.x, self.y = torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g)
+        self.readable = readable
+    def __len__(self):
+        return len(self.x)
+    def __getitem__(self, i):
+        if i >= self.readable:
+            raise OSError(f"sample {i} is on a disk that went away")
+        return self.x[i], self.y[i]
+
+def mse(net, batch):
+    return nn.functional.mse_loss(net(batch[0]), batch[1])
+
+def task():
+    # the check before the search reads the first three test samples, the trials none (they
+    # look at the validation split alone): only the best trial's test evaluation reaches more
+    return Task(train_data=Points(64, 64), eval_data=Points(16, 3),
+                model=lambda: nn.Linear(4, 1), loss=mse)
+"""
+
+
+def test_a_failed_test_evaluation_keeps_the_searchs_results(tmp_path, capfd, monkeypatch):
+    (tmp_path / "brokentest.py").write_text(BROKEN_TEST_SET)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "search"
+    code = main(["hpo", "--task", "brokentest:task", "--objective", "loss", "--trials", "2",
+                 "--epochs", "1", "--batch-size", "16", "--param", "lr=0.01:0.1",
+                 "--pruner", "none", "--study-name", "t", "--out", str(out)])
+    captured = capfd.readouterr()
+    assert code == 1, captured.err
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in captured.err, captured.err
+    assert "test evaluation" in err[0] and "OSError: sample 3" in err[0]
+    assert "results are kept" in err[0] and str(out / "trials.csv") in err[0]
+    assert len((out / "trials.csv").read_text().splitlines()) == 3
+    best = json.loads((out / "best.json").read_text())
+    assert best["trial"] in (0, 1) and best["test_loss"] is None
+    assert "OSError" in best["why"]
+    # nothing stored as tested: the next command evaluates again
+    assert not [k for k in _load(out).user_attrs if k.startswith("test_of_trial_")]

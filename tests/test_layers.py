@@ -124,10 +124,8 @@ def test_no_module_imports_another_packages_underscore_names():
                        and not a.name.startswith("__")]
             if private and home != package:
                 found.setdefault(str(path.relative_to(PACKAGE)), []).extend(private)
-    # left for their owners: the tasks' loader, and two plot modules borrowing the report's
-    # figure helpers
-    assert found == {"tasks/load.py": ["_where"], "hpo/plots.py": ["_figure", "_render"],
-                     "predict/plot.py": ["_worker_axis"]}
+    # left for their owners: two plot modules borrowing the report's figure helpers
+    assert found == {"hpo/plots.py": ["_figure", "_render"], "predict/plot.py": ["_worker_axis"]}
 
 
 def test_every_parascale_variable_is_named_in_the_contract_alone():

@@ -118,3 +118,44 @@ def test_a_run_without_out_returns_its_record_and_writes_nothing(tmp_path, monke
     record = parascale.train({"workers": 1, "model": "mlp", "steps": 2})
     assert record["status"] == "ok" and record["config"]["out"] is None
     assert list(tmp_path.iterdir()) == []
+
+
+TINY_RUN = ["--model", "mlp", "--workers", "1", "--steps", "1"]
+
+
+@pytest.mark.parametrize("args", [
+    ["train", *TINY_RUN, "--out", ""],
+    ["train", *TINY_RUN, "--out", "  "],
+    ["train", *TINY_RUN, "--tensorboard", ""],
+    ["train", *TINY_RUN, "--data-dir", " "],
+    ["bench", *TINY_RUN, "--dry-run", "--out", ""],
+    ["bench", *TINY_RUN, "--dry-run", "--tensorboard", ""],
+    ["run", "--out", "", "train.py"],
+    ["hpo", "--model", "mlp", "--param", "lr=0.01:0.1", "--trials", "1", "--out", ""],
+    ["find-batch", "--model", "mlp", "--out", " "],
+    ["find-batch", "--model", "mlp", "--data-dir", ""],
+    ["slurm", "train", *TINY_RUN, "--time", "10", "--dry-run", "--out", ""],
+    ["predict", "study", "--out", ""],
+    ["report", "study", "--out", ""],
+    ["comm", "--workers", "1", "--out", ""],
+    ["demo", "--out", ""],
+    ["demo", "--tensorboard", "\t"],
+])
+def test_an_empty_path_is_refused_in_one_line(capsys, tmp_path, monkeypatch, args):
+    """An empty --out wrote nowhere ("record: /record.json") or into the working folder, and an
+    empty --tensorboard was silently off: each is one line naming the option, before anything."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("raise SystemExit('never run')\n")
+    assert main(args) == 2
+    line = one_error_line(capsys)
+    option = args[args.index(next(a for a in args if not a.strip())) - 1]
+    assert option in line and "empty" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_an_empty_out_from_the_python_api_is_refused():
+    from parascale.errors import UsageError
+    from parascale.training import train
+
+    with pytest.raises(UsageError, match="--out '' is empty"):
+        train({"model": "mlp", "workers": 1, "steps": 1, "out": ""})

@@ -49,3 +49,18 @@ def positive(name: str, value: Any, allow_none: bool = True, kind: type = int) -
     if not isinstance(value, kind) or isinstance(value, bool) or cast(float, value) <= 0:
         raise UsageError(f"--{name.replace('_', '-')} must be a positive {kind.__name__}, "
                          f"got {value!r}")
+
+
+def path_given(value: str, option: str) -> str:
+    """``value`` of a folder or file option, or one line when it is empty or only spaces: an
+    empty --out wrote nowhere (the record 'in /record.json') or into the working folder, and
+    an empty --tensorboard was silently off."""
+    if not value.strip():
+        raise UsageError(f"{option} {value!r} is empty: give a folder or file name, e.g. "
+                         f"{option} runs/first")
+    return value
+
+
+def path_option(option: str) -> Callable[[str], str]:
+    """The argparse type of a path option: the text, or :func:`path_given`'s one line."""
+    return lambda text: path_given(text, option)

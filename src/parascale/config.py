@@ -15,6 +15,7 @@ from typing import Any
 
 from parascale.checks import expected as _expected
 from parascale.checks import is_int as _is_int
+from parascale.checks import path_given
 from parascale.checks import positive as _positive
 from parascale.errors import UsageError
 
@@ -26,6 +27,10 @@ TUPLE_FIELDS = ("synthetic_shape", "gpus", "lr_milestones")
 EPOCHS_SUFFIX = "e"  # --checkpoint-every 2e: every 2 epochs
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adamw")
+#: the built-in model and data options, which a --task (its own model and data) does not take
+NOT_WITH_TASK = ("model", "dataset", "context", "gpt_layers", "gpt_heads", "gpt_width",
+                 "data_dir", "download", "image_size", "synthetic_shape", "synthetic_size",
+                 "num_classes", "augment", "verify_data")
 
 
 @dataclass
@@ -300,6 +305,9 @@ def check_fields(cfg: TrainConfig) -> None:
         if name in SANE and not SANE[name][0] <= value <= SANE[name][1]:
             raise UsageError(f"--{name.replace('_', '-')} must be in [{SANE[name][0]:g}, "
                              f"{SANE[name][1]:g}], got {value:g}")
+    for name in ("out", "tensorboard", "data_dir"):
+        if getattr(cfg, name) is not None:
+            path_given(getattr(cfg, name), f"--{name.replace('_', '-')}")
     for name in ("workers", "threads", "batch_size", "global_batch", "epochs", "steps", "base_batch",
                  "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
         _positive(name, getattr(cfg, name))
@@ -384,6 +392,11 @@ def _validate_task(cfg: TrainConfig) -> None:
         raise UsageError("--stop-at-target needs --target-accuracy or --target-metric")
     if cfg.task is not None and ":" not in cfg.task:
         raise UsageError(f"--task is package.module:function, got {cfg.task!r}")
+    if cfg.task is not None:
+        for name in NOT_WITH_TASK:  # ignored beside a task, while the record would say them
+            if getattr(cfg, name) != TrainConfig.__dataclass_fields__[name].default:
+                raise UsageError(f"--{name.replace('_', '-')} does not apply with --task, which "
+                                 "brings its own model and data: leave it out")
 
 
 def _digits(text: str) -> bool:

@@ -1,4 +1,6 @@
 """Errors that the command line turns into one clear line and exit code 2."""
+import sysconfig
+import traceback
 
 
 class UsageError(Exception):
@@ -38,3 +40,14 @@ class NoSpace(KnownFailure, UsageError):
     restart: the disk is as full after one), and the command ends with exit code 2, as for an
     --out it cannot write, keeping the previous results (``parascale.files.no_space``).
     """
+
+
+def where(exc: BaseException) -> str:
+    """' (file.py:12)': the deepest frame of the traceback in the user's own code, not in the
+    standard library or an installed package (the line to look at), or '' if there is none.
+    The first frame is the caller's own call of the user's function, skipped."""
+    libraries = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib",
+                                                       "platlib")})
+    frames = traceback.extract_tb(exc.__traceback__)[1:]
+    own = [f for f in frames if not f.filename.startswith(libraries)]
+    return f" ({own[-1].filename}:{own[-1].lineno})" if own else ""

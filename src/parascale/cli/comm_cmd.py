@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import datetime
 
+from parascale.checks import path_option
 from parascale.comm import DEFAULT_SIZES, OPS, CommConfig, format_size, parse_size
 from parascale.digits import ascii_float, ascii_int, int_list
 
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=ascii_int, help="port of the local rendezvous store")
     parser.add_argument("--oversubscribe", action="store_true",
                         help="run more than 4 workers per core (otherwise refused)")
-    parser.add_argument("--out", metavar="DIR", help="folder for comm.json "
+    parser.add_argument("--out", metavar="DIR", type=path_option("--out"), help="folder for comm.json "
                         "(default: runs/comm-<date>-<time>)")
     parser.set_defaults(func=run)
     return parser

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from parascale.checks import path_option
+
 # Chosen by measurement on 2 cores. At 8x8 a small CNN's epoch lasts ~0.1 s, too short to time
 # honestly. smallcnn at 28x28 carries a 1.6M-parameter dense layer (6.4 MB of gradients a step)
 # and lenet computes too little per byte sent, so on 2 CPU workers both run slower than on one:
@@ -56,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "demo", help="run a built-in weak and strong scaling study on this machine (about 2 "
         "min on 2 cores)",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default=None, metavar="STUDY",
+    parser.add_argument("--out", default=None, metavar="STUDY", type=path_option("--out"),
                         help="study folder (default: studies/demo, or studies/demo-quick with "
                         "--quick: the two plans differ and must not share a folder)")
     parser.add_argument("--rerun", choices=("never", "failed", "always"), default="never",
@@ -64,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help="a much smaller version (8x8 digits, 2 epochs, no baselines): 10 s "
                         "on 2 quiet vCPUs")
-    parser.add_argument("--tensorboard", metavar="DIR",
+    parser.add_argument("--tensorboard", metavar="DIR", type=path_option("--tensorboard"),
                         help="also write each run's figures as TensorBoard event files, into "
                         "DIR/<configuration> (see 'parascale train --help')")
     add_quiet_option(parser)

@@ -10,6 +10,7 @@ from parascale import safejson
 from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
 from parascale.batchfind.sharded import SYNCS
 from parascale.cli.options import _key_value
+from parascale.checks import path_option
 from parascale.digits import INT_RE, ascii_float, ascii_int, int_list
 from parascale.errors import UsageError
 
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "runs its loss on the first items of its own training data, collated "
                         "as in training, with its optimizer (else SGD with momentum)")
     parser.add_argument("--dataset", default="digits", metavar="NAME")
-    parser.add_argument("--data-dir", metavar="DIR")
+    parser.add_argument("--data-dir", metavar="DIR", type=path_option("--data-dir"))
     parser.add_argument("--image-size", type=ascii_int, metavar="S")
     parser.add_argument("--gpus", type=_gpu_ids, metavar="ID[,ID...]",
                         help="search on this CUDA device (with --sync: these devices)")
@@ -74,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="how the table scales the rate with the global batch")
     parser.add_argument("--devices", default="1,2,4,8", metavar="N,...",
                         help="device counts for the table (default 1,2,4,8)")
-    parser.add_argument("--out", metavar="FILE", help="also write the result as JSON here")
+    parser.add_argument("--out", metavar="FILE", type=path_option("--out"), help="also write the result as JSON here")
     parser.set_defaults(func=run)
     return parser
 

@@ -6,8 +6,9 @@ import contextlib
 import sys
 from pathlib import Path
 
+from parascale.checks import path_option
 from parascale.digits import ascii_float, ascii_int
-from parascale.errors import UsageError
+from parascale.errors import KnownFailure, UsageError
 
 DESCRIPTION = """\
 Search hyperparameters with Optuna: several trials at once, each a training run in a process of
@@ -58,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=DESCRIPTION, epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("the search")
-    group.add_argument("--out", required=True, metavar="DIR",
+    group.add_argument("--out", required=True, metavar="DIR", type=path_option("--out"),
                        help="folder of the trials, the table, the plots (and the SQLite study)")
     group.add_argument("--param", action="append", default=[], metavar="NAME=SPEC",
                        help="a searched option: A,B,C (choices), LOW:HIGH or LOW:HIGH:log; "
@@ -69,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="finished trials the study should have (default 20)")
     group.add_argument("--devices-per-trial", type=ascii_int, default=1, metavar="K",
                        help="devices (cores or GPUs) each trial trains on (default 1)")
-    group.add_argument("--objective", default="accuracy", metavar="NAME",
+    group.add_argument("--objective", metavar="NAME",
                        help="accuracy: maximise the best validation accuracy; tta: minimise "
                        "the time to --target validation accuracy; or any metric of the task "
                        "(loss, or a --task's own), best validation value in its direction "
@@ -115,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     from parascale.hpo import objective as objectives
     from parascale.tasks import directions
 
-    maximize = objectives.resolve(args.objective, directions(TrainConfig.from_dict(fixed)))
+    args.objective, maximize = objectives.resolve(args.objective,
+                                                  directions(TrainConfig.from_dict(fixed)))
     if args.target is not None:
         fixed.update({"target_accuracy": args.target, "stop_at_target": True})
     slots = make_slots(args.devices_per_trial, getattr(args, "gpus", None))
@@ -149,15 +151,26 @@ def run(args: argparse.Namespace) -> int:
     search.run(found, slots)
     table = results.rows(found)
     print(results.format_table(table, found))
-    best = results.test_best(found)
-    print("\n".join(results.best_lines(best, found)))
+    # the search's results first, each file whole: the test evaluation runs the user's code
+    # once more, and its failure must not lose them
     written = [f"table: {results.write_csv(table, out / 'trials.csv')}"]
+    best = results.best_trial(found)
     if best is not None:
         written.append(f"best: {results.write_best(best, out / 'best.json')}")
     if plots.write(table, args.objective, out / "plots", maximize):
         written.append(f"plots: {out / 'plots'}")
+    best = results.test_best(found)
+    if best is not None:  # with its test figures, or why there are none
+        results.write_csv(results.rows(found), out / "trials.csv")
+        results.write_best(best, out / "best.json")
+    print("\n".join(results.best_lines(best, found)))
     print("; ".join(written), flush=True)
     sys.stdout.flush()
+    if best is not None and best.get("failed"):
+        raise KnownFailure(f"the test evaluation of the best trial, {best['trial']}, failed "
+                           f"({best['why'].removeprefix('its test evaluation failed: ')}); the "
+                           f"search's results are kept in {out / 'trials.csv'} and "
+                           f"{out / 'best.json'}: run the command again to evaluate it again")
     return 0
 
 

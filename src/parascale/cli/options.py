@@ -19,6 +19,7 @@ from typing import Any
 from parascale import config as config_module
 from parascale import sync
 from parascale.bench.values import parse_value
+from parascale.checks import path_option
 from parascale.config import TrainConfig, field_kinds
 from parascale.digits import INT_RE, ascii_type, int_list
 
@@ -33,9 +34,10 @@ CHOICES = {
     "precision": config_module.PRECISIONS, "backend": config_module.BACKENDS,
     "device": config_module.DEVICES, "optimizer": config_module.OPTIMIZERS,
 }
+PATHS = ("out", "tensorboard", "data_dir")  # folders: an empty one is refused at once
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
-            "out": "DIR", "tensorboard": "DIR", "data_dir": "DIR", "workers": "N",
-            "model": "NAME", "dataset": "NAME", "sync": "NAME", "learners": "M|auto", "task": "MODULE:FUNCTION"}
+            "workers": "N", "model": "NAME", "dataset": "NAME", "sync": "NAME",
+            "learners": "M|auto", "task": "MODULE:FUNCTION"}
 
 
 @functools.cache
@@ -118,6 +120,9 @@ def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
         elif typing.get_origin(kind) is dict:
             group.add_argument("--sync-option", type=_key_value, action="append",
                                metavar="KEY=VALUE", **common)
+        elif field.name in PATHS:
+            group.add_argument(flag(field.name), type=path_option(flag(field.name)),
+                               metavar="DIR", **common)
         else:
             group.add_argument(flag(field.name), type=ascii_type(kind),
                                choices=choices.get(field.name),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from parascale.checks import path_option
 from parascale.cli.options import add_train_options
 from parascale.digits import INT_RE, ascii_float, ascii_int
 
@@ -145,7 +146,7 @@ def bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
     study.add_argument("--dry-run", action="store_true",
                        help="print the plan (every configuration, or why it is skipped) and "
                        "exit without running or writing anything")
-    study.add_argument("--out", dest="study_out", metavar="STUDY",
+    study.add_argument("--out", dest="study_out", metavar="STUDY", type=path_option("--out"),
                        help="study folder (default: studies/<model>-<dataset>-<scaling>)")
     study.add_argument("--script", metavar="FILE",
                        help="study your own training script: each run is 'parascale run FILE' "

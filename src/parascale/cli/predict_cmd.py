@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from parascale.checks import path_option
 from parascale.digits import ascii_float, ascii_int, int_list
 
 DESCRIPTION = """\
@@ -104,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="how many devices of GIB GiB the model needs under each strategy "
                              "(replicated, ZeRO stages 1-3), from --params N or a record's "
                              "measured memory split, and GiB per device for --workers")
-    parser.add_argument("--out", metavar="DIR",
+    parser.add_argument("--out", metavar="DIR", type=path_option("--out"),
                         help="write prediction.json, prediction.csv and prediction.png here")
     parser.set_defaults(func=run)
     return parser

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from parascale.checks import path_given
 from parascale.digits import ascii_float
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
@@ -29,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("studies", nargs="+", type=Path, metavar="STUDY",
                         help="study folder, train --out folder, or record.json file")
-    parser.add_argument("--out", type=Path, metavar="DIR", default=None,
+    parser.add_argument("--out", type=lambda text: Path(path_given(text, "--out")),
+                        metavar="DIR", default=None,
                         help="where to write the report (default: the first STUDY's report/ folder)")
     parser.add_argument("--target", type=ascii_float, metavar="FRACTION", default=None,
                         help="time-to-accuracy for every run at this test accuracy (0.9 for 90%%): "

@@ -11,15 +11,26 @@ from parascale.errors import UsageError
 SPECIAL = ("accuracy", "tta")
 
 
-def resolve(objective: str, directions: dict[str, bool]) -> bool:
-    """Whether the search maximises ``objective``; one line when the task has no such metric
-    (``directions``: each metric of the task and whether higher is better)."""
+def resolve(objective: str | None, directions: dict[str, bool]) -> tuple[str, bool]:
+    """The objective (accuracy when not given) and whether the search maximises it; one line
+    when the task has no such metric (``directions``: each metric of the task and whether
+    higher is better)."""
+    metrics = ", ".join(directions)
+    suggested = next((name for name in directions if name != "loss"), "loss")
+    if "accuracy" not in directions and objective in (None, "tta"):
+        said = "without --objective a search maximises the validation accuracy" \
+            if objective is None else "--objective tta is the time to reach a validation " \
+            "accuracy (--target)"
+        raise UsageError(f"{said}, and this task has no metric 'accuracy' (its metrics: "
+                         f"{metrics}): give --objective NAME, e.g. --objective {suggested}")
+    if objective is None:
+        return "accuracy", True
     if objective == "tta":
-        return False
+        return objective, False
     if objective not in directions:
         raise UsageError(f"--objective {objective!r} is not a metric of this task; give "
-                         f"accuracy, tta, or one of its metrics: {', '.join(directions)}")
-    return directions[objective]
+                         f"accuracy, tta, or one of its metrics: {metrics}")
+    return objective, directions[objective]
 
 
 def metric(objective: str) -> str:

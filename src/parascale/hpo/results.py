@@ -19,6 +19,7 @@ from parascale.files import atomic_write_text
 from parascale.hpo import objective as objectives
 from parascale.hpo.search import MODEL, Search, describe_value, trial_folder
 from parascale.hpo.study import INTERRUPTED
+from parascale.models.probe import short_cause
 
 
 def rows(search: Search) -> list[dict[str, Any]]:
@@ -96,26 +97,41 @@ def write_csv(table: list[dict[str, Any]], path: Path) -> Path:
     return atomic_write_text(path, buffer.getvalue())
 
 
-def test_best(search: Search) -> dict[str, Any] | None:
-    """The best trial with its test accuracy: evaluated now if it never was, once."""
+def best_trial(search: Search) -> dict[str, Any] | None:
+    """The best trial, with its test figures when they were evaluated before; None without a
+    complete trial."""
     try:
         best = search.study.best_trial
     except ValueError:
         return None
     found = {"trial": best.number, "objective": search.objective, "value": best.value,
              "params": best.params, "record": best.user_attrs.get("record")}
-    key = f"test_of_trial_{best.number}"  # a finished trial's own attributes are read-only
-    tested = search.study.user_attrs.get(key)
+    tested = search.study.user_attrs.get(f"test_of_trial_{best.number}")
     if tested is not None:
         return {**found, **tested, "evaluated_now": False}
-    folder = trial_folder(search.out, best.number)
+    return {**found, "test_accuracy": None, "test_loss": None, "why": "not evaluated yet"}
+
+
+def test_best(search: Search) -> dict[str, Any] | None:
+    """The best trial with its test figures: evaluated now if it never was, once. An
+    evaluation that fails is said in ``why`` and ``failed`` and not stored, so the next
+    command tries again."""
+    found = best_trial(search)
+    if found is None or "evaluated_now" in found:  # evaluated by an earlier command
+        return found
+    found.pop("why")
+    folder = trial_folder(search.out, found["trial"])
     if not (folder / MODEL).exists():
-        return {**found, "test_accuracy": None,
-                "why": f"its model ({folder / MODEL}) is not on this machine"}
-    values = _evaluate(folder)
+        return {**found, "why": f"its model ({folder / MODEL}) is not on this machine"}
+    try:
+        values = _evaluate(folder)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's data or metric: kept
+        why = f"its test evaluation failed: {type(exc).__name__}: {short_cause(exc)}"
+        return {**found, "why": why, "failed": True}
     tested = {"test_accuracy": values.get("accuracy"), "test_loss": values["loss"],
               "test_metrics": values}
-    search.study.set_user_attr(key, tested)
+    # a finished trial's own attributes are read-only: the study keeps it
+    search.study.set_user_attr(f"test_of_trial_{found['trial']}", tested)
     return {**found, **tested, "evaluated_now": True}
 
 

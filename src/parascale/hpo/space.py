@@ -245,9 +245,20 @@ def check(space: list[Param], fixed: Mapping[str, Any], verify=None) -> None:
             try:
                 verify(config(fixed, chosen))
             except UsageError as exc:
+                if _refused_unsearched(fixed, verify, str(exc)):
+                    raise  # every trial would meet it: the fixed options', not this range's
                 raise UsageError(f"{param.describe()}: with {param.name}={clip(repr(value))}: "
                                  f"{exc}") \
                     from None
+
+
+def _refused_unsearched(fixed: Mapping[str, Any], verify, message: str) -> bool:
+    """Whether the fixed options alone, nothing searched, are refused in the same words."""
+    try:
+        verify(config(fixed, {}))
+    except UsageError as exc:
+        return str(exc) == message
+    return False
 
 
 def _never_drawn(param: Param, space: list[Param], fixed: Mapping[str, Any]) -> bool:

@@ -5,13 +5,11 @@ import importlib
 import inspect
 import os
 import sys
-import sysconfig
-import traceback
 from collections.abc import Callable
 
 from torch import nn
 
-from parascale.errors import UsageError
+from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
 
 __all__ = ["resolve_user", "build_user"]
@@ -59,16 +57,6 @@ def resolve_user(spec: str, kind: str = "model") -> Callable[..., object]:
     return target
 
 
-def _where(exc: BaseException) -> str:
-    """' (file.py:12)': the deepest frame of the traceback in the user's own code, not in the
-    standard library or an installed package (the line to look at), or '' if there is none."""
-    libraries = tuple({sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib",
-                                                       "platlib")})
-    frames = traceback.extract_tb(exc.__traceback__)[1:]  # [0] is the call in build_user
-    own = [f for f in frames if not f.filename.startswith(libraries)]
-    return f" ({own[-1].filename}:{own[-1].lineno})" if own else ""
-
-
 def build_user(spec: str, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
     """Call the user's function as ``function(num_classes=K, input_shape=(C, H, W))``.
 
@@ -91,10 +79,10 @@ def build_user(spec: str, num_classes: int, input_shape: tuple[int, int, int]) -
         model = function(**kwargs)
     except SystemExit as exc:  # sys.exit(0) would end parascale silently, with exit code 0
         raise UsageError(f"model {spec!r}: {call} exited (SystemExit({exc.code!r})) instead of "
-                         f"returning a model{_where(exc)}") from None
+                         f"returning a model{where(exc)}") from None
     except Exception as exc:
         raise UsageError(f"model {spec!r}: {call} raised {type(exc).__name__}: "
-                         f"{short_cause(exc)}{_where(exc)}") from exc
+                         f"{short_cause(exc)}{where(exc)}") from exc
     if not isinstance(model, nn.Module):
         raise UsageError(
             f"model {spec!r} returned a {type(model).__name__}, not a torch.nn.Module"

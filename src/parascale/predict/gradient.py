@@ -75,6 +75,8 @@ def build(record: RunRecord):
     """The record's model, built for its data set's shape (None when that shape is unknown or
     the model cannot be built here)."""
     config = record.get("config", default={})
+    if config.get("task"):  # a task's own model: its record's model field is the unused default
+        return None
     dataset = config.get("dataset")
     if dataset == "synthetic":
         shape, classes = tuple(config.get("synthetic_shape") or (3, 32, 32)), \

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from parascale import safejson
-from parascale.errors import KnownFailure, NoSpace, UsageError
+from parascale.errors import KnownFailure, NoSpace, UsageError, where
 from parascale.files import full_disk
 from parascale.runtime import contract
 from parascale.runtime.processes import exit_now
@@ -76,11 +76,23 @@ def write_error_file(exc: BaseException) -> None:
     os.replace(tmp, path)
 
 
+def exited(exc: SystemExit) -> KnownFailure:
+    """``sys.exit()`` in the user's code (a task, a model) inside a worker, as a known failure:
+    one line saying where, without a traceback on the terminal (the record keeps it)."""
+    code = "" if exc.code is None else repr(exc.code)
+    failure = KnownFailure(f"the user's code called sys.exit({code}){where(exc)}; code that "
+                           "parascale runs in its workers must return or raise, never exit")
+    failure.__cause__ = exc
+    return failure
+
+
 def serve_as_worker(body: Callable[[], object]) -> NoReturn:
     """Run one locally launched worker's body, tell the launcher about a failure, and exit."""
     try:
         body()
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        if isinstance(exc, SystemExit):  # parascale never exits a worker so: the user's code
+            exc = exited(exc)
         write_error_file(exc)
         if not isinstance(exc, (KnownFailure, KeyboardInterrupt)) and not is_secondary(exc):
             traceback.print_exc()  # rank 0's goes to the terminal, others' to their log

@@ -11,17 +11,21 @@ from typing import Any
 from parascale.config import OPTIMIZERS
 from parascale.data.split import DataBundle, hold_out
 from parascale.errors import UsageError
-from parascale.tasks.base import LOSS, Metric, Task, build_optimizer, samples_in
+from parascale.tasks.base import (LOSS, NAME_CHARACTERS, Metric, Task, build_optimizer, check_name,
+                                   name_problem, samples_in)
 
 __all__ = [
     "BUILTIN_METRICS",
     "LOSS",
+    "NAME_CHARACTERS",
     "OPTIMIZERS",
     "Metric",
     "Task",
     "build_optimizer",
+    "check_name",
     "check_target",
     "directions",
+    "name_problem",
     "preflight",
     "prepare",
     "samples_in",
@@ -56,11 +60,15 @@ def prepare(cfg) -> tuple[Task, DataBundle]:
 
 def preflight(cfg) -> dict[str, Any]:
     """A user's task loaded, checked and tried on two samples; the facts the plan needs."""
-    from parascale.tasks import load
+    from parascale.tasks import load, tryout
 
     task, bundle = _user(cfg)
-    call = load._call(cfg.task)
-    load.probe(task, call, bundle.train, bundle.test)
+    call = load.call_of(cfg.task)
+    if len(bundle.train) == 0:  # the whole training set held out
+        raise UsageError(f"--val-fraction {cfg.val_fraction:g} holds out {len(bundle.val)} of "
+                         f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
+                         "on; give a smaller --val-fraction, or more data")
+    tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
     if task.optimizer is not None and cfg.sync in ("parameter-server", "sma"):
         raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
                          "use (it updates with its own SGD); leave optimizer out of the task")

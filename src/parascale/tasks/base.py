@@ -13,10 +13,44 @@ from typing import Any
 import torch
 from torch import nn
 
+from parascale.errors import UsageError
 from parascale.runrecord import Unit, task_section
 
 LOSS = "loss"
 """Every task's loss is also a metric of its evaluation, lower is better, under this name."""
+
+NAME_CHARACTERS = 64
+"""The longest name parascale shows (a task's name and unit, a metric's name)."""
+
+
+def name_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a name parascale shows on the console, in logs, records and
+    reports, or None when it can: a name is text of 1 to ``NAME_CHARACTERS`` printable
+    characters, not only spaces (no newline, tab, terminal escape or other control
+    character)."""
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not text"
+    if not value.strip():
+        return "is empty"
+    if len(value) > NAME_CHARACTERS:
+        return f"has {len(value)} characters"
+    unprintable = next((c for c in value if not c.isprintable()), None)
+    if unprintable is not None:
+        return f"holds the control character {unprintable!r}"
+    return None
+
+
+def check_name(value: object, what: str, example: str = "mae") -> str:
+    """``value`` when it is a name (:func:`name_problem`), else one line: ``what`` (e.g.
+    "task 'm:f': f(): name") with the value shown escaped and cut short, and an example of a
+    good one."""
+    problem = name_problem(value)
+    if problem is None:
+        return str(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:32] + "..." + shown[-1]
+    raise UsageError(f"{what} {shown} {problem}; a name is 1 to {NAME_CHARACTERS} printable "
+                     f"characters, e.g. {example!r}")
 
 
 @dataclass(frozen=True)

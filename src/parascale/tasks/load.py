@@ -1,6 +1,7 @@
 """A user's task, ``--task package.module:function``: imported with importlib (never eval),
-called, and checked before any worker starts, so that whatever is wrong with it is one line
-naming the call and what was expected (exit 2), not a traceback per rank.
+called, and its fields checked before any worker starts (then tried: :mod:`.tryout`), so that
+whatever is wrong with it is one line naming the call and what was expected (exit 2), not a
+traceback per rank.
 """
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from typing import Any
 
 import torch
 
-from parascale.errors import UsageError
+from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
-from parascale.models.user import _where, resolve_user
-from parascale.tasks.base import LOSS, Metric, Task, samples_in
+from parascale.models.user import resolve_user
+from parascale.tasks.base import LOSS, Metric, Task, check_name
+from parascale.tasks.tryout import tried
 
 
-def _call(spec: str) -> str:
+def call_of(spec: str) -> str:
+    """How one-line errors name the task: "task 'm:f': f()"."""
     return f"task {spec!r}: {spec.partition(':')[2]}()"
 
 
@@ -23,16 +26,16 @@ def load(spec: str, seed: int) -> Task:
     """Call the function of ``spec`` (torch seeded with ``seed`` first, so that data it draws at
     random is the same on every rank) and check what it returned."""
     function = resolve_user(spec, kind="task")
-    call = _call(spec)
+    call = call_of(spec)
     torch.manual_seed(seed)
     try:
         task = function()
     except SystemExit as exc:
         raise UsageError(f"{call} exited (SystemExit({exc.code!r})) instead of returning a "
-                         f"parascale.tasks.Task{_where(exc)}") from None
+                         f"parascale.tasks.Task{where(exc)}") from None
     except Exception as exc:
         raise UsageError(f"{call} raised {type(exc).__name__}: {short_cause(exc)}"
-                         f"{_where(exc)}") from exc
+                         f"{where(exc)}") from exc
     if not isinstance(task, Task):
         raise UsageError(f"{call} returned a {type(task).__name__}; expected a "
                          "parascale.tasks.Task (see docs/tasks.md)")
@@ -44,7 +47,9 @@ def _dataset(value: Any, what: str, call: str) -> None:
     if not (hasattr(value, "__len__") and hasattr(value, "__getitem__")):
         raise UsageError(f"{call}: {what} is a {type(value).__name__}; expected a map-style "
                          "torch.utils.data.Dataset (with __len__ and __getitem__)")
-    if len(value) == 0:
+    # len() raises for a __len__ that raises, gives no int or a negative one
+    if tried(call, f"{what}: len()", len, value,
+             hint="__len__ gives the number of samples, an int of 0 or more") == 0:
         raise UsageError(f"{call}: {what} is empty; it needs at least one sample")
 
 
@@ -52,6 +57,14 @@ def check(task: Task, call: str) -> None:
     """The task's fields have the types the trainer needs (no data is read here)."""
     _dataset(task.train_data, "train_data", call)
     _dataset(task.eval_data, "eval_data", call)
+    if isinstance(task.model, torch.nn.Module):  # callable, but called with no input
+        raise UsageError(f"{call}: model is a {type(task.model).__name__} module; expected a "
+                         "function that returns one (each worker builds its own), e.g. "
+                         "model=lambda: nn.Sequential(...)")
+    if isinstance(task.loss, torch.nn.Module):
+        raise UsageError(f"{call}: loss is a {type(task.loss).__name__} module; expected "
+                         "loss(model, batch), a function that runs the model on the batch and "
+                         "returns its loss")
     for name in ("model", "loss"):
         if not callable(getattr(task, name)):
             raise UsageError(f"{call}: {name} is a {type(getattr(task, name)).__name__}; "
@@ -68,7 +81,8 @@ def check(task: Task, call: str) -> None:
         if not isinstance(metric, Metric):
             raise UsageError(f"{call}: metrics holds a {type(metric).__name__}; expected "
                              "parascale.tasks.Metric(name, fn, higher_is_better)")
-        if not isinstance(metric.name, str) or not metric.name.isidentifier():
+        check_name(metric.name, f"{call}: metric name")
+        if not metric.name.isidentifier():
             raise UsageError(f"{call}: metric name {metric.name!r} is not a plain name "
                              "(letters, digits, underscores; e.g. 'mae')")
         if not isinstance(metric.higher_is_better, bool):
@@ -83,80 +97,10 @@ def check(task: Task, call: str) -> None:
     if task.judge is not None and task.judge not in names:
         raise UsageError(f"{call}: judge {task.judge!r} is not one of its metrics "
                          f"({', '.join(names)})")
-    if not isinstance(task.unit, str) or not task.unit:
-        raise UsageError(f"{call}: unit is {task.unit!r}; expected a word such as 'samples' "
-                         "or 'tokens'")
+    check_name(task.name, f"{call}: name", "regression")
+    check_name(task.unit, f"{call}: unit", "tokens")
     per = task.units_per_sample
     if isinstance(per, bool) or not isinstance(per, (int, float)) or not math.isfinite(per) \
             or per <= 0:
         raise UsageError(f"{call}: units_per_sample is {per!r}; expected a positive number "
                          f"(the {task.unit} in one sample)")
-
-
-def _scalar(value: Any, what: str, call: str) -> float:
-    """``value`` as a finite float, or one line saying what it was."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        number = float(value.detach())
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-    else:
-        shape = f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""
-        raise UsageError(f"{call}: {what} returned a {type(value).__name__}{shape}; expected a "
-                         "scalar (a tensor with one element, the mean over the batch)")
-    if not math.isfinite(number):
-        raise UsageError(f"{call}: {what} returned {number} on the first batch; expected a "
-                         "finite number")
-    return number
-
-
-def probe(task: Task, call: str, split, eval_split) -> None:
-    """Build the model and run the loss (with a backward) on the first two training samples and
-    every metric on the first two evaluation samples, on the CPU, so that a collate that cannot
-    batch the items, a loss that is not a finite scalar or a broken metric is one line here."""
-    try:
-        model = task.model()
-    except Exception as exc:
-        raise UsageError(f"{call}: model() raised {type(exc).__name__}: {short_cause(exc)}"
-                         f"{_where(exc)}") from exc
-    if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"{call}: model() returned a {type(model).__name__}; expected a "
-                         "torch.nn.Module")
-    if not any(p.requires_grad for p in model.parameters()):
-        raise UsageError(f"{call}: model() returned a {type(model).__name__} without trainable "
-                         "parameters: nothing to train")
-    batch = _first(split, "train_data", call)
-    try:
-        loss = task.loss(model, batch)
-    except Exception as exc:
-        raise UsageError(f"{call}: loss(model, batch) raised {type(exc).__name__}: "
-                         f"{short_cause(exc)}{_where(exc)}") from exc
-    _scalar(loss, "loss(model, batch)", call)
-    if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
-        raise UsageError(f"{call}: loss(model, batch) returned a value without a gradient; "
-                         "expected a tensor computed from the model's output")
-    loss.backward()
-    model.eval()
-    batch = _first(eval_split, "eval_data", call)
-    with torch.no_grad():
-        for metric in task.metrics:
-            try:
-                value = metric.fn(model, batch)
-            except Exception as exc:
-                raise UsageError(f"{call}: metric {metric.name!r} raised {type(exc).__name__}: "
-                                 f"{short_cause(exc)}{_where(exc)}") from exc
-            _scalar(value, f"metric {metric.name!r}", call)
-
-
-def _first(split, what: str, call: str) -> Any:
-    """The first two samples of ``split`` as one batch on the CPU."""
-    indices = torch.arange(min(2, len(split)))
-    try:
-        batch = next(iter(split.batches([indices], torch.device("cpu"), train=True)))
-    except Exception as exc:
-        raise UsageError(f"{call}: the items of {what} cannot be batched: "
-                         f"{type(exc).__name__}: {short_cause(exc)}; items must be tensors, "
-                         "tuples or dicts of tensors of one shape, or give a collate") from exc
-    if samples_in(batch) == 0:
-        raise UsageError(f"{call}: a batch of {what} holds no tensor; items must be tensors, "
-                         "tuples or dicts of tensors")
-    return batch

@@ -120,7 +120,8 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
             run.board.epoch(entry.to_dict())
         progress.tta = time_to_target(cfg, directions, entry, progress.tta)
         stop = bool(cfg.stop_at_target and progress.tta and progress.tta["reached"])
-        if not stop and run.judge is not None and run.judge.stop(entry):
+        if not stop and run.judge is not None and \
+                run.judge.stop(entry, last=epoch == run.plan.epochs):
             pruned, stop = epoch, True
             if world.is_main:
                 print(f"parascale: the search pruned this trial after epoch {epoch}", flush=True)

@@ -50,13 +50,19 @@ class Judge:
         text = os.environ.get(ENV)
         return cls(json.loads(text), world) if text else None
 
-    def stop(self, entry: EpochEntry) -> bool:
-        """Whether the search prunes the trial after this epoch (collective: every rank calls)."""
+    def stop(self, entry: EpochEntry, last: bool = False) -> bool:
+        """Whether the search prunes the trial after this epoch (collective: every rank calls).
+        After the ``last`` epoch the value is reported but the pruner is not asked: a trial
+        that trained every epoch is complete, with its objective, never pruned."""
         import torch
         import torch.distributed as dist
 
         accuracy = entry.metrics.get(f"val_{self.spec.get('metric', 'accuracy')}")
         if accuracy is None:  # not an evaluated epoch: nothing to judge
+            return False
+        if last:  # every rank knows it: nothing to broadcast
+            if self.world.is_main:
+                self._ask(entry.epoch, accuracy, ask=False)
             return False
         verdict = torch.zeros(1, device=self.world.device)
         if self.world.is_main:
@@ -65,7 +71,7 @@ class Judge:
             dist.broadcast(verdict, 0)
         return bool(verdict.item())
 
-    def _ask(self, epoch: int, accuracy: float) -> bool:
+    def _ask(self, epoch: int, accuracy: float, ask: bool = True) -> bool:
         if self._trial is None:
             import optuna
 
@@ -79,4 +85,4 @@ class Judge:
                                       pruner=make_pruner(self.spec["pruner"]))
             self._trial = optuna.trial.Trial(study, self.spec["trial_id"])
         self._trial.report(intermediate(self.spec["objective"], accuracy), epoch)
-        return self._trial.should_prune()
+        return ask and self._trial.should_prune()
