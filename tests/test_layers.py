@@ -23,16 +23,17 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+def _imports(name: str, path: Path, known: dict[str, Path], types: bool = False) -> set[str]:
     """The parascale modules ``name`` imports, at the top or inside a function (a deferred
     import is still a dependency: it only hides the circle until the function runs); imports
-    under ``if TYPE_CHECKING:`` are left out, as they never run."""
+    under ``if TYPE_CHECKING:`` are left out, as they never run, unless ``types``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test) \
+                    and not types:
                 for other in child.orelse:
                     visit(other)
                 continue
@@ -94,6 +95,37 @@ def test_no_module_of_parascale_imports_itself_through_others():
     graph = {name: _imports(name, path, known) for name, path in known.items()}
     assert graph["parascale.training.loop"]  # the walk sees imports at all
     assert _cycles(graph) == []
+
+
+def test_the_script_api_and_the_run_record_are_in_no_circle_even_for_types():
+    # a circle through type hints alone still ties the modules together: neither can be
+    # understood, or moved, without the other
+    known = _modules()
+    graph = {name: _imports(name, path, known, types=True) for name, path in known.items()}
+    ours = ("parascale.script", "parascale.runrecord", "parascale.record",
+            "parascale.training.launcher", "parascale.training.assemble",
+            "parascale.training.epochs")
+    assert [c for c in _cycles(graph) if any(m.startswith(ours) for m in c)] == []
+
+
+def test_no_module_imports_another_packages_underscore_names():
+    known = _modules()
+    found: dict[str, list[str]] = {}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or \
+                    not (node.module or "").startswith("parascale"):
+                continue
+            source = node.module or ""
+            home = source if known.get(source, Path()).name == "__init__.py" else \
+                source.rpartition(".")[0]
+            private = [a.name for a in node.names if a.name.startswith("_")
+                       and not a.name.startswith("__")]
+            if private and home != package:
+                found.setdefault(str(path.relative_to(PACKAGE)), []).extend(private)
+    # left for their owners: two plot modules borrowing the report's figure helpers
+    assert found == {"hpo/plots.py": ["_figure", "_render"], "predict/plot.py": ["_worker_axis"]}
 
 
 def test_every_parascale_variable_is_named_in_the_contract_alone():

@@ -4,7 +4,7 @@ import math
 from parascale import tasks
 from parascale.batch import make_plan
 from parascale.config import TrainConfig
-from parascale.data import text
+from parascale.runrecord import EpochEntry
 from parascale.training.judging import epoch_line
 
 
@@ -13,11 +13,13 @@ def test_the_gpts_epoch_line_and_entry_carry_perplexity():
                       gpt_heads=1, gpt_width=16, batch_size=8, steps=4)
     task, bundle = tasks.prepare(cfg)
     plan = make_plan(cfg, 1, len(bundle.train), len(bundle.test), replicas=1)
-    entry = {"epoch": 1, "warmup": True, "partial": False, "steps": 4, "wall_time_s": 1.0,
-             "throughput": 100.0, "train_loss": 2.5, "test_loss": 2.0, "test_accuracy": 0.4,
-             "val_loss": 2.2, "val_accuracy": 0.35}
-    entry.update(text.figures(entry, 16))  # what the trainer adds to the record's entry
-    assert entry["test_perplexity"] == math.exp(2.0)
+    entry = EpochEntry(1, True, 4, False, 1.0, [1.0], [1.0], 32, 100.0, 2.5, 0.1, None, None,
+                       None, unit=task.throughput_unit(),
+                       metrics={"test_loss": 2.0, "test_accuracy": 0.4, "val_loss": 2.2,
+                                "val_accuracy": 0.35})
+    written = entry.to_dict()  # per-token figures from the task's unit alone
+    assert written["test_perplexity"] == math.exp(2.0)
+    assert written["val_perplexity"] == math.exp(2.2) and written["tokens_per_s"] == 1600.0
     line = epoch_line(entry, plan, task)
     assert "1,600 tokens/s" in line
     assert f"test loss 2.0000, accuracy 40.00%, perplexity {math.exp(2.0):.2f}" in line

@@ -10,6 +10,7 @@ import pytest
 
 import parascale
 from parascale import record
+from parascale.runrecord import failed
 from parascale.safejson import Refused
 
 PACKAGE = Path(parascale.__file__).resolve().parent
@@ -66,7 +67,7 @@ def test_one_version_for_package_metadata_and_records():
 
 
 def test_a_failure_record_reads_back_and_claims_no_success(tmp_path):
-    path = record.write(tmp_path, record.failure_record({"workers": 2}, "oom", "out of memory", None))
+    path = record.write(tmp_path, failed({"workers": 2}, "oom", "out of memory", None).to_dict())
     assert path.name == record.RECORD_NAME
     data = record.read_record(path)
     assert (data["schema"], data["status"], data["summary"]) == (record.SCHEMA, "oom", None)
@@ -79,7 +80,7 @@ def test_a_failure_record_reads_back_and_claims_no_success(tmp_path):
     ({"config": {"workers": "two"}}, "config.workers is str"),
 ])
 def test_a_record_outside_the_contract_is_refused_with_the_reason(tmp_path, change, words):
-    data = {**record.failure_record({}, "failed", "x", None), **change}
+    data = {**failed({}, "failed", "x", None).to_dict(), **change}
     (tmp_path / record.RECORD_NAME).write_text(json.dumps(data))
     with pytest.raises(Refused, match=words) as caught:
         record.read_record(tmp_path / record.RECORD_NAME)
@@ -88,5 +89,5 @@ def test_a_record_outside_the_contract_is_refused_with_the_reason(tmp_path, chan
 
 def test_every_status_the_contract_names_is_readable(tmp_path):
     for status in record.STATUSES:
-        record.write(tmp_path, record.failure_record({}, status, "x", None))
+        record.write(tmp_path, failed({}, status, "x", None).to_dict())
         assert record.read_record(tmp_path / record.RECORD_NAME)["status"] == status

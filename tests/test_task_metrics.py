@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from parascale.config import TrainConfig
+from parascale.runrecord import EpochEntry
 from parascale.tasks import Metric, Task, build_optimizer, samples_in
 from parascale.tasks.builtin import accuracy, cross_entropy
 from parascale.tasks.data import DatasetSplit
@@ -59,15 +60,21 @@ def test_a_target_is_reached_in_its_metrics_direction():
     task = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0,
                 metrics=[Metric("mae", lambda n, b: 0, False)])
     cfg = TrainConfig(target_metric="mae", target_value=0.3)
-    above = time_to_target(cfg, task, {"epoch": 1, "elapsed_s": 1.0, "test_mae": 0.4}, None)
+    directions = task.directions()
+    above = time_to_target(cfg, directions, entry(1, test_mae=0.4), None)
     assert above["reached"] is False and above["metric"] == "mae"
-    below = time_to_target(cfg, task, {"epoch": 2, "elapsed_s": 2.0, "test_mae": 0.3}, above)
+    below = time_to_target(cfg, directions, entry(2, test_mae=0.3), above)
     assert below == {"target": 0.3, "metric": "mae", "higher_is_better": False,
                      "reached": True, "split": "test", "epoch": 2, "elapsed_s": 2.0}
     loss = TrainConfig(target_metric="loss", target_value=1.9, evaluate_test=False,
                        val_fraction=0.2)
-    assert time_to_target(loss, task, {"epoch": 1, "elapsed_s": 1.0, "val_loss": 1.8},
-                          None)["reached"]
+    assert time_to_target(loss, directions, entry(1, val_loss=1.8), None)["reached"]
+
+
+def entry(epoch: int, **metrics: float) -> EpochEntry:
+    """An evaluated epoch's entry, at ``epoch`` seconds."""
+    return EpochEntry(epoch, False, 4, False, 1.0, [1.0], [1.0], 64, 64.0, 0.5, 0.1, None, None,
+                      None, metrics=dict(metrics), elapsed_s=float(epoch))
 
 
 def test_the_optimizer_is_the_tasks_own_or_the_chosen_one():

@@ -12,6 +12,7 @@ from parascale import sync
 from parascale.config import TrainConfig
 from parascale.data import split as split_module
 from parascale.data.split import TensorSplit
+from parascale.runrecord import EpochEntry
 from parascale.runtime.world import World
 from parascale.sync.base import Resolved, Strategy
 from parascale.sync.sma import SMA
@@ -25,7 +26,7 @@ TWO = World(rank=0, size=2, local_rank=0, device=CPU, backend="gloo", launcher="
 
 def test_progress_goes_on_from_what_its_state_dict_kept():
     before = Progress(step=40, position={"step": 40, "epoch": 3, "done": 0},
-                      epochs=[{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.25}],
+                      epochs=[entry(1, 0.5), entry(2, 0.25)],
                       tta={"reached": False}, warm={1}, learners=2,
                       resumed=[{"by": "resume", "step": 20}])
     saved = before.state_dict()
@@ -35,8 +36,13 @@ def test_progress_goes_on_from_what_its_state_dict_kept():
     assert (after.epochs, after.tta, after.warm, after.resumed, after.learners) == \
         (before.epochs, before.tta, before.warm, before.resumed, before.learners)
     assert after.elapsed_before == saved["elapsed_s"]
-    after.epochs[0]["train_loss"] = 9.0  # a copy: the saved state does not change with the run
+    after.epochs[0].train_loss = 9.0  # a copy: the saved state does not change with the run
     assert saved["epochs"][0]["train_loss"] == 0.5
+
+
+def entry(epoch: int, train_loss: float) -> EpochEntry:
+    return EpochEntry(epoch, epoch == 1, 8, False, 1.0, [1.0, 0.9], [0.8, 0.8], 256, 256.0,
+                      train_loss, 0.1, 0.0, 0.0, None, metrics={"test_loss": train_loss})
 
 
 def test_the_loss_tally_is_the_running_sum_to_the_bit():

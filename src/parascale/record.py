@@ -9,7 +9,6 @@ The fields are described in docs/record.md.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parascale.files import atomic_write_text
+from parascale import safejson
 from parascale.safejson import Refused, check_types, load
 
 VERSION = "0.1.0"  # the same as pyproject.toml's; parascale.__version__ is this
@@ -82,21 +82,10 @@ def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def failure_record(config: dict[str, Any], status: str, reason: str, derived: dict | None,
-                   environment_: dict | None = None, detail: str | None = None) -> dict[str, Any]:
-    """A record for a run that did not finish: never claims success, always says why.
-
-    ``detail`` is the failing rank's traceback: the user sees the one-line ``reason``, and
-    whoever needs more finds it here."""
-    return {"schema": SCHEMA, "status": status, "reason": reason, "detail": detail,
-            "config": config, "derived": derived, "environment": environment_, "epochs": [],
-            "steps": None, "memory": None, "time_to_accuracy": None, "sync": None,
-            "machine": None, "timing": None, "resumed": None, "restarts": [],
-            "checkpoints": None, "profile": None, "noise": None, "summary": None, "study": None}
-
-
 def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=2) + "\n"
+    """The record as strict JSON (a non-finite figure is null, with why beside it:
+    :func:`parascale.safejson.dumps`)."""
+    return safejson.dumps(record, indent=2) + "\n"
 
 
 def write(out_dir: str | os.PathLike, record: dict[str, Any]) -> Path:

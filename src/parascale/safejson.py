@@ -1,4 +1,5 @@
-"""Reading JSON that other programs wrote: bounded size, nesting and strings, and checked types.
+"""JSON in and out: reading what other programs wrote (bounded size, nesting and strings,
+checked types), and writing strict JSON that any parser reads.
 
 A run record is read by ``report`` and by a resumed ``bench`` (and its ``--dry-run``), and it may
 come from anywhere: a copy off another machine, a hand edit, a hostile file. ``json.loads`` alone
@@ -8,16 +9,28 @@ most :data:`MAX_BYTES` long, nested at most :data:`MAX_DEPTH` deep and holds no 
 than :data:`MAX_CHARS`; :func:`check_types` checks a document against a type spec (a run
 record's is :data:`parascale.record.RUN_RECORD`). Nothing here imports torch, so ``report``
 stays light.
+
+Every file parascale writes, and every JSON value it hands to another process, goes through
+:func:`dumps`: strict JSON (``allow_nan=False``), since ``NaN`` and ``Infinity`` are not JSON
+and other languages' parsers refuse a file that holds them. A non-finite number inside an
+object becomes ``null``, and the object gains :data:`NONFINITE`, a map from where the number
+was (its key, or ``key/3`` for an item of a list under it, as a JSON Pointer relative to the
+object) to what it was: ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (docs/record.md).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Refused", "MAX_BYTES", "MAX_DEPTH", "MAX_CHARS", "load", "loads", "check_shape",
-           "check_types", "read_plan"]
+__all__ = ["Refused", "MAX_BYTES", "MAX_DEPTH", "MAX_CHARS", "NONFINITE", "load", "loads",
+           "dumps", "finite", "check_shape", "check_types", "read_plan"]
+
+NONFINITE = "nonfinite"
+"""The key beside non-finite numbers written as null: where each was, and what it was."""
 
 MAX_BYTES = 32 * 2**20  # a record of 1,000 epochs on 64 ranks is about 2 MB
 MAX_DEPTH = 64  # a record nests 4 deep; study parameters may add a few levels
@@ -64,6 +77,71 @@ def loads(text: str, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) 
         raise Refused(f"{type(exc).__name__}: {exc}") from None  # JSONDecodeError: Expecting...
     check_shape(data, max_depth=max_depth, max_chars=max_chars)
     return data
+
+
+def dumps(value: Any, *, indent: int | None = None, sort_keys: bool = False,
+          default: Callable[[Any], Any] | None = None) -> str:
+    """``value`` as strict JSON: :func:`json.dumps` with ``allow_nan=False`` after
+    :func:`finite`. A non-finite number outside any object (the document itself, or an item of
+    a list that is the document) has nowhere to say what it was: ``ValueError``."""
+    return json.dumps(finite(value), indent=indent, sort_keys=sort_keys, default=default,
+                      allow_nan=False)
+
+
+def _spelled(number: float) -> str:
+    """The name JavaScript (and Python's own parser) gives a non-finite number."""
+    return "NaN" if number != number else ("Infinity" if number > 0 else "-Infinity")
+
+
+def _pointer(key: Any) -> str:
+    """``key`` as a JSON Pointer reference token (RFC 6901: ``~`` as ``~0``, ``/`` as ``~1``)."""
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float inside an object ``None``, and that object's
+    :data:`NONFINITE` saying where each was and what; ``value`` itself when it holds none
+    (nothing is copied then). Lists inside lists are named by their indices (``rows/2/0``)."""
+    if isinstance(value, dict):
+        notes: dict[str, str] = {}
+        changed: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(item, float) and not math.isfinite(item):
+                changed[key], notes[_pointer(key)] = None, _spelled(item)
+            elif isinstance(item, (dict, list, tuple)):
+                clean = _items(item, _pointer(key), notes) if not isinstance(item, dict) \
+                    else finite(item)
+                if clean is not item:
+                    changed[key] = clean
+        if not changed:
+            return value
+        out = {key: changed.get(key, item) for key, item in value.items()}
+        if notes:
+            given = out.get(NONFINITE)
+            out[NONFINITE] = {**given, **notes} if isinstance(given, dict) else notes
+        return out
+    if isinstance(value, (list, tuple)):
+        return _items(value, None, None)
+    return value
+
+
+def _items(items: list | tuple, where: str | None, notes: dict[str, str] | None) -> Any:
+    """A list's items made finite; a non-finite number among them is noted at ``where/i`` in
+    the object holding the list (``notes``), or left for json to refuse when there is none."""
+    out: list[Any] | None = None
+    for i, item in enumerate(items):
+        clean = item
+        if isinstance(item, float) and not math.isfinite(item) and notes is not None:
+            clean, notes[f"{where}/{i}"] = None, _spelled(item)
+        elif isinstance(item, dict):
+            clean = finite(item)
+        elif isinstance(item, (list, tuple)):
+            clean = _items(item, None if where is None else f"{where}/{i}", notes)
+        if clean is not item and out is None:
+            out = list(items[:i])
+        if out is not None:
+            out.append(clean)
+    return items if out is None else out
 
 
 def check_shape(data: Any, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) -> None:

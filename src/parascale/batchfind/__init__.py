@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from parascale import safejson
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -103,7 +105,7 @@ def probe_in_child(task: dict, folder, timeout_s: float = 600.0) -> Callable[[in
     def try_batch(batch: int) -> Probe:
         answer = Path(folder) / f"probe-{batch}.json"
         log = Path(folder) / f"probe-{batch}.log"
-        env = {**os.environ, contract.PROBE: json.dumps(
+        env = {**os.environ, contract.PROBE: safejson.dumps(
             {**task, "batch": batch, "answer": str(answer)})}
         child = processes.start_module("parascale.batchfind.probe", env, log,
                                        available_cores(), "parascale-probe")

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from parascale import models
+from parascale import models, safejson
 from parascale.files import atomic_write_text
 from parascale.runtime import contract
 
@@ -98,4 +98,4 @@ def _peak(device: torch.device) -> int:
 
 if __name__ == "__main__":
     task = json.loads(os.environ[ENV])
-    atomic_write_text(Path(task["answer"]), json.dumps(run(task)))
+    atomic_write_text(Path(task["answer"]), safejson.dumps(run(task)))

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from parascale import record as rec
+from parascale import runrecord, safejson
 from parascale.bench import scripts
 from parascale.bench.study import Job, run_train
 from parascale.config import TrainConfig
@@ -121,7 +122,7 @@ class StudyRunner:
         plan = {"schema": rec.PLAN_SCHEMA, "name": self.name, "written": rec.now(),
                 "inputs": inputs, "runs": runs}
         return atomic_write_text(self.study / PLAN,
-                                 json.dumps(plan, indent=2, default=str) + "\n")
+                                 safejson.dumps(plan, indent=2, default=str) + "\n")
 
     def _study_block(self, job: Job) -> dict[str, Any]:
         block = {"name": self.name, "config_id": job.config_id, "scaling": job.scaling,
@@ -223,7 +224,7 @@ class StudyRunner:
                    "global_batch": job.global_batch or job.train.get("global_batch")}
         config = TrainConfig.from_dict({**job.train, "workers": job.world_size}).to_dict()
         config["save_model"] = job.train.get("save_model", False)
-        return self._file(job, rec.failure_record(config, status, reason, derived))
+        return self._file(job, runrecord.failed(config, status, reason, derived).to_dict())
 
     def file_elsewhere(self, job: Job, reason: str) -> dict[str, Any]:
         """File the run of ``job`` that trained outside this process (a Slurm job trains into

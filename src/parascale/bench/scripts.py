@@ -43,9 +43,9 @@ def argv_of(value: Any) -> list[str]:
 def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     """The script of a study's run, checked with the options that run gives it; UsageError
     for a train option a script does not take, a missing script or a strategy it cannot run."""
-    from parascale.cli.run_cmd import FIELDS
     from parascale.script.api import refusal
     from parascale.script.launch import checked_script
+    from parascale.script.options import FIELDS
 
     foreign = sorted(set(train) - set(FIELDS) - set(_BENCH_SETS) - {"sync_options"}) + \
         sorted(train.get("sync_options") or {})  # a strategy's option parascale run lacks
@@ -67,7 +67,7 @@ def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
 
 def run_options(train: dict[str, Any]) -> dict[str, Any]:
     """The options of ``train`` that ``parascale run`` takes (a Slurm job's command line)."""
-    from parascale.cli.run_cmd import FIELDS
+    from parascale.script.options import FIELDS
 
     return {k: v for k, v in train.items() if k in FIELDS}
 

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 from typing import Any
 
+from parascale import safejson
 from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
 from parascale.batchfind.sharded import SYNCS
 from parascale.cli.options import _key_value
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                   "limit": limit, "probes": [p.__dict__ for p in found.probes], "table": table}
         from pathlib import Path
 
-        atomic_write_text(Path(args.out), json.dumps(result, indent=1))
+        atomic_write_text(Path(args.out), safejson.dumps(result, indent=1))
     return 0
 
 

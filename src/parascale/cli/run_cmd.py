@@ -9,12 +9,8 @@ from pathlib import Path
 
 from parascale.cli.options import add_train_options, config_from_args, flag
 from parascale.errors import UsageError
+from parascale.script.options import FIELDS
 
-#: the TrainConfig fields ``run`` takes: where to run, how to synchronise, how to end, where to
-#: write; the rest (model, data, batch, optimizer) is the script's own business
-FIELDS = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "sync",
-          "bucket_mb", "compression", "powersgd_rank", "period", "target_accuracy",
-          "target_metric", "target_value", "port", "timeout", "out", "tensorboard")
 
 DESCRIPTION = """\
 Start N copies of your own training script (--workers N, default one per core; or --gpus

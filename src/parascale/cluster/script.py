@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import re
 import shlex
@@ -23,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from parascale import __version__
+from parascale import __version__, safejson
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.runtime.world import PORT_BASE
@@ -238,10 +237,10 @@ def _option_text(value: Any) -> str:
                 return value
         except ValueError:
             pass
-        return json.dumps(value)  # '"1"' stays the text 1, not the number
+        return safejson.dumps(value)  # '"1"' stays the text 1, not the number
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _text(value)
-    return json.dumps(value)  # true, false, null, lists and mappings
+    return safejson.dumps(value)  # true, false, null, lists and mappings
 
 
 @dataclass

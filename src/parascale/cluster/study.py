@@ -17,7 +17,6 @@ failure) is filed as failed with the scheduler's reason by whoever looks next: `
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from parascale import safejson
 from parascale import record as rec
 from parascale.bench.runner import RUNS, STAGING, StudyRunner, existing_records
 from parascale.bench import scripts
@@ -91,7 +91,7 @@ def read_ledger(study: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_ledger(study: Path, ledger: dict[str, dict[str, Any]]) -> None:
-    atomic_write_text(study / SLURM / LEDGER, json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(study / SLURM / LEDGER, safejson.dumps(ledger, indent=2, sort_keys=True) + "\n")
 
 
 def filed_by(study: Path, folder: str) -> str | None:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
+from parascale import safejson
 from parascale.comm.config import RECORD_NAME, CommConfig, format_size, validate
 from parascale.runtime import contract
 
@@ -40,7 +41,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
     def measure(folder) -> dict[str, Any]:
         resolved = dataclasses.replace(cfg, workers=size, out=str(folder))
         outcome = launch("parascale.comm.worker", size,
-                         {contract.COMM_CONFIG: json.dumps(resolved.to_dict())},
+                         {contract.COMM_CONFIG: safejson.dumps(resolved.to_dict())},
                          threads=threads, store=store)
         if outcome.status != "ok":
             raise WorkerFailure(outcome.message, outcome.rank)
@@ -49,7 +50,7 @@ def run(cfg: CommConfig) -> dict[str, Any]:
         return record
 
     return produce(cfg.out, "parascale-comm-", measure, RECORD_NAME,
-                   lambda record: json.dumps(record, indent=2) + "\n")
+                   lambda record: safejson.dumps(record, indent=2) + "\n")
 
 
 def format_table(record: dict[str, Any]) -> str:

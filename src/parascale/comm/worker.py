@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from parascale import safejson
 from parascale.comm.config import (ELEMENT_BYTES, RECORD_NAME, SCHEMA, CommConfig, bus_factor,
                                    iterations_for)
 from parascale.files import atomic_write_text
@@ -121,7 +122,7 @@ def run_worker(cfg: CommConfig, teardown: bool = True) -> dict | None:
                   "method": METHOD, "results": results}
         if cfg.out:
             atomic_write_text(Path(cfg.out) / RECORD_NAME,
-                              json.dumps(record, indent=2) + "\n")
+                              safejson.dumps(record, indent=2) + "\n")
         return record
 
 

@@ -14,7 +14,6 @@ resuming work exactly as for the in-memory image data.
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,16 +92,3 @@ class TokenSplit(Split):
             window = window.to(device, non_blocking=True)
             yield window[:, :-1], window[:, 1:]
 
-
-def figures(entry: dict, tokens_per_sample: int) -> dict:
-    """A record's epoch entry or summary in tokens: throughput, and perplexity (e ** the mean
-    loss per token in nats) of each loss it holds."""
-    out: dict = {}
-    for rate in ("throughput", "steady_throughput"):
-        if entry.get(rate) is not None:
-            out["tokens_per_s" if rate == "throughput" else "steady_tokens_per_s"] = \
-                entry[rate] * tokens_per_sample
-    for loss in ("test_loss", "val_loss", "final_test_loss", "final_val_loss"):
-        if entry.get(loss) is not None:
-            out[loss.replace("loss", "perplexity")] = math.exp(min(entry[loss], 700.0))
-    return out

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from parascale import safejson
 from parascale.columns import aligned
 from parascale.files import atomic_write_text
 from parascale.hpo import objective as objectives
@@ -175,4 +176,4 @@ def best_lines(best: dict[str, Any] | None, search: Search) -> list[str]:
 
 
 def write_best(best: dict[str, Any], path: Path) -> Path:
-    return atomic_write_text(path, json.dumps(best, indent=1, default=str))
+    return atomic_write_text(path, safejson.dumps(best, indent=1, default=str))

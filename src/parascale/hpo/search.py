@@ -17,6 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from parascale import safejson
 from parascale.hpo import objective as objectives
 from parascale.hpo import study as studies
 from parascale.hpo.slots import Slot
@@ -112,8 +113,8 @@ def _start(search: Search, slot: Slot) -> Running:
     judge = {"storage": search.storage, "study": search.study_name, "trial_id": trial._trial_id,
              "number": trial.number, "pruner": search.pruner, "objective": search.objective,
              "metric": objectives.metric(search.objective)}
-    env = {**os.environ, SPEC_ENV: json.dumps({"config": cfg, "cores": list(slot.cores)}),
-           JUDGE_ENV: json.dumps(judge)}
+    env = {**os.environ, SPEC_ENV: safejson.dumps({"config": cfg, "cores": list(slot.cores)}),
+           JUDGE_ENV: safejson.dumps(judge)}
     child = processes.start_module("parascale.hpo.trial", env, folder / "log.txt",
                                    len(slot.cores), f"parascale-t{trial.number}")
     return Running(trial, slot, folder, child, chosen)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from parascale import safejson
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale import studydb as storage
@@ -241,7 +242,7 @@ def claim(out: Path, url: str, name: str, study) -> None:
     if not study.trials and trials.is_dir() and any(trials.iterdir()):
         raise UsageError(f"--out {out} holds the trials of another search (study {name!r} "
                          "has none): give another --out")
-    atomic_write_text(out / CLAIM, json.dumps(_claim(url, name), indent=1))
+    atomic_write_text(out / CLAIM, safejson.dumps(_claim(url, name), indent=1))
 
 
 def _claim(url: str, name: str) -> dict[str, str]:

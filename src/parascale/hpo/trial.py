@@ -13,6 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from parascale import safejson
 from parascale.runtime import contract
 
 SPEC_ENV = contract.TRIAL
@@ -34,14 +35,14 @@ def main() -> int:
             train(spec["config"])
         return 0
     except UsageError as exc:
-        atomic_write_text(error, json.dumps({"reason": str(exc)}))
+        atomic_write_text(error, safejson.dumps({"reason": str(exc)}))
         return 2
     except Terminated:
         return EXIT_CODE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - the search records it and goes on
-        atomic_write_text(error, json.dumps({"reason": f"{type(exc).__name__}: {exc}",
+        atomic_write_text(error, safejson.dumps({"reason": f"{type(exc).__name__}: {exc}",
                                              "detail": traceback.format_exc()}))
         return 1
 

@@ -12,7 +12,6 @@ others' in their logs).
 """
 from __future__ import annotations
 
-import json
 import os
 import traceback
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from parascale import safejson
 from parascale.errors import KnownFailure, NoSpace, UsageError, where
 from parascale.files import full_disk
 from parascale.runtime import contract
@@ -92,7 +92,7 @@ def write_error_file(exc: BaseException) -> None:
               "no_space": isinstance(exc, NoSpace) or full_disk(exc) is not None}
     tmp = f"{path}.tmp"
     with open(tmp, "w") as handle:
-        json.dump(report, handle)
+        handle.write(safejson.dumps(report))
     os.replace(tmp, path)
 
 

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
+from parascale import safejson
 from parascale.runtime import mp_private
 
 #: what the fork server imports once: everything a training or comm worker imports on start
@@ -346,13 +347,12 @@ def start_module(module: str, env: dict[str, str], log: Path | None, threads: in
 
 def _start_plain(module: str, env: dict[str, str], log: Path | None, threads: int,
                  title: str) -> Child:
-    import json
 
     # the launcher's sys.path first: this parascale, not one the job's PYTHONPATH may name
     code = ("import json, sys; sys.path[:] = json.loads(sys.argv[4]); "
             "from parascale.runtime.processes import plain_main; plain_main()")
     return start_command([sys.executable, "-c", code, module, str(threads), title,
-                          json.dumps(sys.path)], env, log, cwd=os.getcwd(), own_group=True)
+                          safejson.dumps(sys.path)], env, log, cwd=os.getcwd(), own_group=True)
 
 
 @contextlib.contextmanager

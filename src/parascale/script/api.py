@@ -26,9 +26,10 @@ from parascale.files import atomic_write
 from parascale.runtime import World
 from parascale.tasks.base import to_device
 from parascale.script import shard
+from parascale.script.recording import Measured, make_record
 from parascale.training.board import open_board
 from parascale.training.contention import CpuWatch
-from parascale.training.loop import _epoch_entry
+from parascale.training.epochs import epoch_entry
 from parascale.training.measure import LossTally, StepClock
 from parascale.training.run import Progress
 
@@ -196,20 +197,20 @@ class Run:
         trained = bool(self._kept)
         self.losses.extend(self._kept, self._samples)
         self._kept = []
-        entry = _epoch_entry(number, steps, self.plan, (wall, cpu_s),
-                             self.losses.total(), self.world, rate, self.cpu.end_epoch(),
-                             number == 1, self.clock.rows)
+        entry = epoch_entry(number, steps, self.plan, (wall, cpu_s),
+                            self.losses.total(), self.world, rate, self.cpu.end_epoch(),
+                            number == 1, self.clock.rows)
         if not trained:  # the script called loss.backward() itself: no loss was shown to us
-            entry["train_loss"] = None
-        entry["noise_scale"] = None
-        entry["elapsed_s"] = time.perf_counter() - self.progress.t_start
-        entry.update(self._pending)
+            entry.train_loss = None
+        entry.noise = {"noise_scale": None}
+        entry.elapsed_s = time.perf_counter() - self.progress.t_start
+        entry.metrics.update(self._pending)
         self._pending = {}
         self.losses = LossTally(self.device)
         self.progress.rows[number] = self.clock.restart()
         self.progress.epochs.append(entry)
         if self.board is not None:
-            self.board.epoch(entry)
+            self.board.epoch(entry.to_dict())
 
     # --- metrics and checkpoints -------------------------------------------------------------
 
@@ -229,10 +230,11 @@ class Run:
             key = f"{split}_{name}"
             if self.progress.epochs:
                 entry = self.progress.epochs[-1]
-                entry[key] = float(value)
-                entry["elapsed_s"] = time.perf_counter() - self.progress.t_start
+                entry.metrics[key] = float(value)
+                entry.elapsed_s = time.perf_counter() - self.progress.t_start
                 if self.board is not None:  # the epoch's series were written at its end
-                    self.board.epoch({k: entry[k] for k in ("epoch", key, "elapsed_s")})
+                    self.board.epoch({"epoch": entry.epoch, key: entry.metrics[key],
+                                      "elapsed_s": entry.elapsed_s})
             else:
                 self._pending[key] = float(value)
 
@@ -279,9 +281,12 @@ class Run:
             raise KnownFailure("the script took no measured step: call run.setup(model, "
                                "optimizer), iterate over run.shard(loader) and call "
                                "optimizer.step() in the loop")
-        from parascale.script.recording import make_record
-
-        return make_record(self)
+        assert self.plan is not None  # a measured step was taken: the loader made the plan
+        return make_record(Measured(
+            self.cfg, self.world, self.name, self.args, self.plan, self.strategy, self.progress,
+            self.cpu, dict(self.directions),
+            self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else 0.0,
+            self.started, self.progress.t_start - self.t_called, self.first_step_at))
 
 
 class _Steps:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from parascale.errors import UsageError
+from parascale.runrecord import Unit, task_section
 
 LOSS = "loss"
 """Every task's loss is also a metric of its evaluation, lower is better, under this name."""
@@ -115,12 +116,18 @@ class Task:
         """The loss first, then the task's own metrics."""
         return [Metric(LOSS, self.loss, False), *self.metrics]
 
+    def directions(self) -> dict[str, bool | None]:
+        """Each metric's direction by name (higher is better), the loss first."""
+        return {m.name: m.higher_is_better for m in self.all_metrics()}
+
+    def throughput_unit(self) -> Unit:
+        """What the record counts throughput in, and its per-unit figures (tokens: perplexity)."""
+        return Unit(self.unit, self.units_per_sample)
+
     def section(self) -> dict[str, Any]:
         """What the run record says about the task (``task`` in docs/record.md)."""
-        return {"name": self.name, "unit": self.unit, "units_per_sample": self.units_per_sample,
-                "metrics": [{"name": m.name, "higher_is_better": m.higher_is_better}
-                            for m in self.all_metrics()],
-                "judge": self.judged_by().name}
+        return task_section(self.name, self.throughput_unit(), self.directions(),
+                            self.judged_by().name)
 
 
 def build_optimizer(task: Task, cfg, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

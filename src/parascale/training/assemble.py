@@ -1,15 +1,17 @@
-"""Gather what every rank measured and build the run record on rank 0 (schema: docs/record.md)."""
+"""Gather what every rank measured and build the run record on rank 0 (schema: docs/record.md),
+for ``parascale train`` and ``parascale run`` alike."""
 from __future__ import annotations
 
 import io
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from parascale import data, flops
+from parascale import flops, runrecord, safejson
 from parascale import record as rec
 from parascale.batch import Plan
 from parascale.config import TrainConfig
@@ -35,104 +37,76 @@ def _affinity() -> list[int] | None:
 
 
 def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
-             summary: Summary, memory: MemorySplit | None = None) -> dict | None:
-    """Collective: every rank must call it. Rank 0 writes model.pt, then record.json.
+             summary: Summary, memory: MemorySplit | None = None,
+             script: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Collective: every rank must call it. Rank 0 builds the record (:mod:`parascale.runrecord`),
+    writes model.pt (with ``cfg.save_model``) and record.json into ``cfg.out``, and returns the
+    record as written; None on other ranks.
 
-    ``summary`` (training/run.py) is this rank's: its steady step rows, what was left out of
-    them and which steps they are; its share of the contention measurement; the trial's number
-    and the epoch it was pruned after, in a hyperparameter search; the record's ``resumed``,
-    ``restarts``, ``checkpoints``, ``profile`` and ``noise`` sections; and the times
+    ``summary`` (training/run.py) is this rank's: its epoch entries (every rank's figures
+    already), its steady step rows, what was left out of them and which steps they are; its
+    share of the contention measurement; the trial's number and the epoch it was pruned after,
+    in a hyperparameter search; the record's ``resumed``, ``restarts``, ``checkpoints``,
+    ``profile`` and ``noise`` sections; the FLOPs the loop counted; and the times
     (``total_s`` is the run's training time, earlier attempts' up to the checkpoint this one
     resumed included, ``training_s`` this attempt's). ``memory``: this rank's bytes by
-    category (training/memory_split.py).
+    category (training/memory_split.py). ``script``: ``parascale run``'s script section.
     """
-    epochs, tta, times = summary.epochs, summary.tta, summary.times
-    steady_rows, excluded = summary.steady.rows, summary.steady.excluded
-    window, search, continuity = summary.window, summary.search, summary.continuity
+    epochs, times = summary.epochs, summary.times
     peak = peak_memory(world.device)
-    mine = {"rows": steady_rows, "memory": peak,
+    mine = {"rows": summary.steady.rows, "memory": peak,
             "split": memory.section(peak[1]) if memory is not None else None,
             "device": _device_name(world.device), "host": socket.gethostname(),
-            "window": window, "cpus": _affinity()}
+            "window": summary.window, "cpus": _affinity()}
     gathered: list[dict] = [None] * world.size  # type: ignore[list-item]
     dist.all_gather_object(gathered, mine)
     if not world.is_main:
         return None
     rows = [g["rows"] for g in gathered]
-    last = epochs[-1]
-    tested = [e for e in epochs if e.get("test_loss") is not None
-              or e.get("val_loss") is not None]
-    derived = {**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
-               "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()}
-    record = {
-        "schema": rec.SCHEMA, "status": "ok", "reason": None, "detail": None,
-        "config": {**cfg.to_dict(), "workers": world.size},
-        "derived": derived,
-        "task": summary.task,
-        "environment": rec.environment(world.backend, world.device.type,
-                                       [g["device"] for g in gathered],
-                                       [g["host"] for g in gathered], world.launcher,
-                                       times.start) | {
+    steady = steady_figures(epochs, rows, summary.steady.source, plan.steps_per_epoch,
+                            plan.derived.global_batch)
+    record = runrecord.finished(
+        config={**cfg.to_dict(), "workers": world.size},
+        derived={**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
+                 "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()},
+        task=summary.task,
+        environment=rec.environment(world.backend, world.device.type,
+                                    [g["device"] for g in gathered],
+                                    [g["host"] for g in gathered], world.launcher,
+                                    times.start) | {
             "cpu_affinity_per_rank": [g["cpus"] for g in gathered]},
-        "epochs": epochs,
-        "steps": step_summary(rows, excluded),
-        "memory": {"kind": gathered[0]["memory"][0],
-                   "peak_bytes_per_rank": [g["memory"][1] for g in gathered],
-                   "reserved_bytes_per_rank": [g["memory"][2] for g in gathered],
-                   "split_per_rank": [g["split"] for g in gathered]
-                   if any(g["split"] for g in gathered) else None},
-        "time_to_accuracy": tta,
-        "sync": strategy.measurements(),
-        "machine": machine_section([g["window"] for g in gathered]),
+        epochs=epochs, steps=step_summary(rows, summary.steady.excluded),
+        memory={"kind": gathered[0]["memory"][0],
+                "peak_bytes_per_rank": [g["memory"][1] for g in gathered],
+                "reserved_bytes_per_rank": [g["memory"][2] for g in gathered],
+                "split_per_rank": [g["split"] for g in gathered]
+                if any(g["split"] for g in gathered) else None},
+        time_to_accuracy=summary.tta, sync=strategy.measurements(),
+        machine=machine_section([g["window"] for g in gathered]),
         # the local launcher adds the command's own times once the workers have ended
-        "timing": {"training_s": times.training_s, "first_step_at": times.first_step_at}
+        timing={"training_s": times.training_s, "first_step_at": times.first_step_at}
         if world.launcher == "local" else None,
-        **continuity,
-        "summary": {
-            "setup_time_s": times.setup_s, "total_time_s": times.total_s,
-            **steady_figures(epochs, rows, summary.steady.source, plan.steps_per_epoch,
-                             plan.derived.global_batch),
-            "warmup_included": all(e["warmup"] for e in epochs),
-            "final_test_accuracy": tested[-1]["test_accuracy"] if tested else None,
-            "final_test_loss": tested[-1]["test_loss"] if tested else None,
-            **({"final_val_accuracy": tested[-1].get("val_accuracy")}
-               if tested and "val_accuracy" in tested[-1] else {}),
-            "final_train_loss": last["train_loss"],
-            # every metric of the last evaluation, by its epoch key (test_loss, val_mae...)
-            "final_metrics": {k: v for k, v in tested[-1].items()
-                              if k.startswith(("test_", "val_")) and v is not None}
-            if tested else {},
-        },
-        "study": None,
-        **({"search": search} if search is not None else {}),
-    }
-    _add_flops(record, cfg, world, plan)
-    if (tokens := data.tokens_per_sample(cfg)) is not None:
-        from parascale.data import text
-
-        record["derived"]["tokens_per_sample"] = tokens
-        record["summary"].update(text.figures(record["summary"], tokens))
+        continuity=summary.continuity,
+        flops=_flops(summary.flops, cfg, world, plan, steady["steady_throughput"]),
+        summary=runrecord.RunSummary(times.setup_s, times.total_s, steady),
+        search=summary.search, script=script).to_dict()
     if cfg.out:
         if cfg.save_model:
             buffer = io.BytesIO()
             torch.save(strategy.model_state_dict(), buffer)
-            atomic_write_bytes(Path(cfg.out, "model.pt"), buffer.getvalue())
+            atomic_write_bytes(Path(cfg.out, rec.MODEL_NAME), buffer.getvalue())
         rec.write(cfg.out, record)
-    return record
+    return safejson.finite(record)
 
 
-def _add_flops(record: dict, cfg: TrainConfig, world: World, plan) -> None:
-    """Replace what the loop measured (``flops.measure``) with the record's ``flops`` section,
-    and give the summary its FLOPs per step, achieved FLOP/s and utilisation."""
-    measured = record.get("flops")
+def _flops(measured: dict[str, Any] | None, cfg: TrainConfig, world: World, plan: Plan,
+           steady_throughput: float | None) -> dict[str, Any] | None:
+    """The record's ``flops`` section from what the loop counted (``flops.measure``): the
+    FLOPs per step, achieved FLOP/s and utilisation; None when nothing was counted."""
     if not measured:
-        record["flops"] = None
-        return
-    summary = record["summary"]
+        return None
     section = flops.section(measured["per_device"], measured["devices"], world.size,
-                            cfg.accumulate, summary.get("steady_throughput"),
-                            plan.derived.global_batch)
+                            cfg.accumulate, steady_throughput, plan.derived.global_batch)
     if measured.get("error"):
         section["error"] = measured["error"]
-    record["flops"] = section
-    summary.update({key: section[key] for key in ("flops_per_step", "achieved_flops", "mfu")})
+    return section

@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from parascale.runrecord import STEP_SPLIT
+
 #: epoch-entry keys that number or label the epoch rather than measure it
 _NOT_FIGURES = frozenset({"epoch", "steps", "samples", "noise_steps", "warmup", "partial",
                           "resumed", "profiled"})
 #: record keys whose first word is the split they were measured on: TensorBoard groups a
 #: series by the part of its tag before the first '/', so test and val sit side by side
 _SPLITS = ("train_", "test_", "val_")
-STEP_SPLIT = "step_split_s"  # the epoch entry's mean step time by part (training/loop.py)
 
 
 def tag_of(key: str) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -169,7 +168,7 @@ KEPT = "the checkpoints before it are as they were; free some space and continue
 
 def _write_manifest(path: Path, facts: dict[str, Any], undo: Callable[[], None]) -> None:
     """The manifest of checkpoint ``path``, written last: it makes the checkpoint count."""
-    text = json.dumps(facts, indent=2) + "\n"
+    text = safejson.dumps(facts, indent=2) + "\n"
     try:
         _atomic(path.with_suffix(".json"), lambda handle: handle.write(text.encode()))
     except NoSpace:

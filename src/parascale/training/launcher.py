@@ -1,5 +1,5 @@
-"""``train``'s local launch: its workers on this machine, the run's console log, restarts and
-the record.
+"""The local launch of a training job, the one for ``train``'s workers and ``parascale run``'s
+copies of a script: its workers on this machine, the run's console log, restarts and the record.
 
 The workers write into a staging folder beside --out; the results replace the previous ones in
 --out only when the run has its own (see :mod:`parascale.runtime.staging`): the record, the
@@ -16,11 +16,12 @@ import dataclasses
 import datetime
 import json
 import shutil
-import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parascale import data
+from parascale import data, runrecord, safejson
 from parascale import record as rec
 from parascale.batch import Plan
 from parascale.config import TrainConfig
@@ -31,31 +32,56 @@ from parascale.training import checkpoint, resume
 from parascale.training.console import ConsoleLog
 from parascale.training.preflight import threads_per_worker
 
-__all__ = ["launch_local"]
+__all__ = ["Job", "launch_job", "launch_local"]
 
 
-def _timing(record: dict[str, Any], since: tuple[str, float]) -> dict[str, Any]:
-    """The command's own times around the workers' training window (docs/record.md)."""
-    timing = record["timing"]  # what rank 0 knew: its first step and training time
-    label, start = since
-    command = time.time() - start
-    startup = timing["first_step_at"] - start
-    return {"command_s": command, "startup_s": startup, "training_s": timing["training_s"],
-            "finish_s": command - startup - timing["training_s"],
-            "first_step_at": timing["first_step_at"], "since": label}
+@dataclass
+class Job:
+    """What one local launch runs: ``train``'s workers, or N copies of a user's script
+    (``parascale run``, script/launch.py). Everything else (the staging of --out, the console
+    log, restarts, the record of a failure, the command's timing) is the same for both."""
+
+    cfg: TrainConfig  # as given: ``out`` is the user's --out
+    size: int
+    worker: str  # the module each worker runs
+    env: Callable[[TrainConfig], dict[str, str]]  # what each worker is told, from the
+    # configuration resolved for the launch (its workers, and the staging folder as out)
+    heading: str  # the command, as the log's first line names it
+    starting: str  # what starts, as the terminal is told: '2 workers', '2 copies of a.py'
+    plan: Plan | None = None  # the step plan: a failure record's derived section
+    choice: resume.Choice | None = None  # the checkpoint the first attempt continues from
+    said: list[str] = field(default_factory=list)  # lines said before the log existed
+    companions: tuple[str, ...] = (rec.MODEL_NAME, rec.LOG_NAME, rec.TRACES_NAME)
+    script: dict[str, Any] | None = None  # a failure record's ``script`` section
+
+
+def launch_job(job: Job, since: tuple[str, float]) -> dict[str, Any]:
+    """Run ``job``'s workers and return the record (status ok, failed or oom); the results
+    replace those in --out only when the run has its own
+    (:func:`parascale.runtime.staging.produce`). ``since``: what the command's timing counts
+    from (a label and a ``time.time()``)."""
+    store = open_store(job.cfg.port)  # a busy --port is refused before anything is written
+    return produce(job.cfg.out, "parascale-run-",
+                   lambda folder: _run_job(job, store, folder, since), rec.RECORD_NAME,
+                   rec.dumps, companions=job.companions)
 
 
 def launch_local(cfg: TrainConfig, size: int, plan: Plan, since: tuple[str, float],
                  choice: resume.Choice | None = None,
                  said: list[str] | None = None) -> dict[str, Any]:
-    """Run ``size`` local workers on ``plan`` and return the record; the results replace
-    those in --out only when the run has its own (:func:`parascale.runtime.staging.produce`)."""
-    store = open_store(cfg.port)  # a busy --port is refused before anything is written
-    return produce(cfg.out, "parascale-run-",
-                   lambda folder: _run_job(cfg, size, plan, store, folder, since, choice,
-                                           said or []),
-                   rec.RECORD_NAME, rec.dumps,
-                   companions=(rec.MODEL_NAME, rec.LOG_NAME, rec.TRACES_NAME))
+    """``train``'s local launch: ``size`` workers on ``plan`` (see :func:`launch_job`)."""
+    checkpoints = checkpoint.folder_of(cfg.out) if cfg.out else None
+
+    def env(resolved: TrainConfig) -> dict[str, str]:
+        return {contract.CONFIG: safejson.dumps(resolved.to_dict()),
+                contract.PLAN: safejson.dumps(plan.to_dict()),
+                **(data.handover_env(cfg) if cfg.task is None else {}),
+                contract.CHECKPOINTS: str(checkpoints or ""),
+                contract.RESUME: choice.to_env() if choice else ""}
+
+    return launch_job(Job(cfg, size, "parascale.training.worker", env, "parascale train",
+                          f"{size} worker{'s' if size > 1 else ''}", plan, choice,
+                          list(said or [])), since)
 
 
 def _open_log(cfg: TrainConfig, folder: Path) -> ConsoleLog | None:
@@ -70,20 +96,18 @@ def _open_log(cfg: TrainConfig, folder: Path) -> ConsoleLog | None:
     return ConsoleLog(folder / rec.LOG_NAME, fresh=True)
 
 
-def _run_job(cfg: TrainConfig, size: int, plan: Plan, store, folder: Path,
-             since: tuple[str, float], choice: resume.Choice | None,
-             said: list[str]) -> dict[str, Any]:
+def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[str, Any]:
     """Run the workers writing into ``folder`` (again from the newest checkpoint after a
     failure, up to --max-restarts times); the record, ``config.out`` as the user gave it."""
-    derived = plan.record_section()
+    cfg, size = job.cfg, job.size
     resolved = dataclasses.replace(cfg, workers=size, out=str(folder),
                                    save_model=cfg.save_model and cfg.out is not None)
     log = _open_log(cfg, folder)
-    checkpoints = checkpoint.folder_of(cfg.out) if cfg.out else None
     restarts: list[dict[str, Any]] = []
 
     def next_attempt(attempt: int, failed) -> dict[str, str]:
-        chosen = resume.choose(cfg, size, derived["total_steps"], "restart", rank=failed.rank,
+        total = job.plan.total_steps if job.plan else 0
+        chosen = resume.choose(cfg, size, total, "restart", rank=failed.rank,
                                reason=failed.message) if resume.checkpointing(cfg) else None
         restarts.append({"at": _iso(failed.ended_at), "attempt": attempt, "rank": failed.rank,
                          "reason": failed.message, "from_step": chosen and chosen.step,
@@ -93,38 +117,32 @@ def _run_job(cfg: TrainConfig, size: int, plan: Plan, store, folder: Path,
               f"{cfg.max_restarts})", flush=True)
         return {contract.RESUME: chosen.to_env() if chosen else ""}
 
-    env = {contract.CONFIG: json.dumps(resolved.to_dict()),
-           contract.PLAN: json.dumps(plan.to_dict()),
-           **(data.handover_env(cfg) if cfg.task is None else {}),
-           contract.CHECKPOINTS: str(checkpoints or ""),
-           contract.LOG: str(log.path) if log else "",
-           contract.RESUME: choice.to_env() if choice else ""}
+    env = {**job.env(resolved), contract.LOG: str(log.path) if log else ""}
     try:
         with log.tee() if log else contextlib.nullcontext():
             if log:
-                log.line(f"--- parascale train, local launch of {size} worker(s), "
+                log.line(f"--- {job.heading}, local launch of {size} worker(s), "
                          f"{rec.now()} ---")
-                for line in said:
+                for line in job.said:
                     log.line(line)
-            print(f"parascale: starting {size} worker{'s' if size > 1 else ''}...", flush=True)
-            outcome = launch("parascale.training.worker", size, env,
-                             threads=threads_per_worker(cfg, size), store=store,
-                             max_restarts=cfg.max_restarts, restart=next_attempt)
+            print(f"parascale: starting {job.starting}...", flush=True)
+            outcome = launch(job.worker, size, env, threads=threads_per_worker(cfg, size),
+                             store=store, max_restarts=cfg.max_restarts, restart=next_attempt)
     except BaseException:  # interrupted: the log said so, and stays where it is
         if log:
             log.close()
         raise
-    if outcome.status == "ok":
-        record = json.loads((folder / rec.RECORD_NAME).read_text())
-        record["config"]["out"] = cfg.out
-        record["timing"] = _timing(record, since)
-        record["restarts"] = restarts
+    written = folder / rec.RECORD_NAME
+    if outcome.status == "ok" and written.exists():
+        record = runrecord.launched(json.loads(written.read_text()), out=cfg.out, since=since,
+                                    restarts=restarts)
     else:
         (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
-        record = rec.failure_record({**resolved.to_dict(), "out": cfg.out}, outcome.status,
-                                    outcome.message, derived, detail=outcome.detail)
-        record["restarts"] = restarts
-        record["resumed"] = [choice.entry()] if choice else None
+        record = runrecord.failed(
+            {**resolved.to_dict(), "out": cfg.out}, outcome.status, outcome.message,
+            job.plan.record_section() if job.plan else None, detail=outcome.detail,
+            restarts=restarts, resumed=[job.choice.entry()] if job.choice else None,
+            script=job.script).to_dict()
     if log:
         ending = {"ok": "finished", "failed": "failed", "oom": "ran out of memory"}
         after = f" after {len(restarts)} restart(s)" if restarts else ""

@@ -9,32 +9,32 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from parascale import data, flops, sync, tasks
+from parascale import flops, sync, tasks
 from parascale.data import DataBundle
 from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig, checkpoint_interval
 from parascale.record import now
+from parascale.runrecord import EpochEntry
 from parascale.runtime import World, env, joined, resolve_backend, resolve_device_type
 from parascale.runtime.faults import Faults
 from parascale.training import checkpoint, console, resume, state
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
-from parascale.training.board import STEP_SPLIT, open_board
-from parascale.training.contention import CpuWatch, epoch_load
+from parascale.training.board import open_board
+from parascale.training.contention import CpuWatch
 from parascale.training.divergence import DivergenceWatch, advice
+from parascale.training.epochs import epoch_entry
 from parascale.training.evaluate import evaluate
 from parascale.training.judging import epoch_line, time_to_target
 from parascale.training.keeper import Keeper
-from parascale.training.measure import PHASES, LossTally, StepClock, steady
+from parascale.training.measure import LossTally, StepClock, steady
 from parascale.training.memory_split import MemorySplit
 from parascale.training.noise import NoiseScale
 from parascale.training.profiling import Profiler
@@ -109,6 +109,7 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
     progress.t_start = t_attempt - progress.elapsed_before  # elapsed_s goes on from the checkpoint
     pruned = None
     first = progress.position["epoch"]
+    directions = run.task.directions()
     for epoch in range(first, run.plan.epochs + 1):
         entry, rows = _epoch(run, epoch, progress.epoch_part if epoch == first else None)
         progress.rows[epoch] = rows
@@ -116,8 +117,8 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
         if world.is_main:
             print(epoch_line(entry, run.plan, run.task), flush=True)
         if run.board is not None:
-            run.board.epoch(entry)
-        progress.tta = time_to_target(cfg, run.task, entry, progress.tta)
+            run.board.epoch(entry.to_dict())
+        progress.tta = time_to_target(cfg, directions, entry, progress.tta)
         stop = bool(cfg.stop_at_target and progress.tta and progress.tta["reached"])
         if not stop and run.judge is not None and \
                 run.judge.stop(entry, last=epoch == run.plan.epochs):
@@ -143,7 +144,7 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
     kept = steady(progress, run.plan.steps_per_epoch, run.plan.epochs)
     return assemble(cfg, world, run.plan, run.strategy, Summary(
         progress.epochs, kept, progress.tta, times, run.cpu.end_window(), search,
-        _continuity(run, started), task=run.task.section()), memory=run.memory)
+        _continuity(run, started), task=run.task.section(), flops=run.flops), memory=run.memory)
 
 
 def _continuity(run: Run, started: str) -> dict[str, Any]:
@@ -157,8 +158,7 @@ def _continuity(run: Run, started: str) -> dict[str, Any]:
                          "from_step": run.choice.step if run.choice else None})
     return {"resumed": run.progress.resumed or None, "restarts": restarts,
             "checkpoints": run.keeper.summary() if run.keeper is not None else None,
-            "profile": run.profiler.summary(), "noise": run.noise.summary(),
-            "flops": run.flops}
+            "profile": run.profiler.summary(), "noise": run.noise.summary()}
 
 
 def _set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
@@ -230,7 +230,8 @@ def _plan(cfg: TrainConfig, world: World, bundle: DataBundle, given: Plan | None
     return given
 
 
-def _epoch(run: Run, epoch: int, part: dict | None = None) -> tuple[dict, list[list[float]]]:
+def _epoch(run: Run, epoch: int,
+           part: dict | None = None) -> tuple[EpochEntry, list[list[float]]]:
     """One epoch's steps, then its record entry (evaluated when due) and its step-time rows.
 
     ``part``: what a checkpoint in the middle of this epoch kept (steps done, this rank's loss
@@ -286,27 +287,24 @@ def _epoch(run: Run, epoch: int, part: dict | None = None) -> tuple[dict, list[l
     bar.close()
     run.clock.flush()
     rows = run.clock.restart()
-    entry = _epoch_entry(epoch, count, plan, (epoch_time, cpu_time), losses.total(), world,
-                         rate, run.cpu.end_epoch(), epoch in progress.warm, rows)
-    entry.update(run.noise.end_epoch(epoch))
-    if run.profiler.covers(first_step, progress.step):
-        entry["profiled"] = True  # slowed by the profiler: left out of the steady figures
-    if part or (progress.resumed and epoch == progress.position["epoch"]):
-        entry["resumed"] = True  # its time spans a restart: a warm-up epoch again
+    entry = epoch_entry(epoch, count, plan, (epoch_time, cpu_time), losses.total(), world,
+                        rate, run.cpu.end_epoch(), epoch in progress.warm, rows,
+                        run.task.throughput_unit())
+    entry.noise = run.noise.end_epoch(epoch)
+    # slowed by the profiler: left out of the steady figures
+    entry.profiled = run.profiler.covers(first_step, progress.step)
+    # its time spans a restart: a warm-up epoch again
+    entry.resumed = bool(part or (progress.resumed and epoch == progress.position["epoch"]))
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
         run.strategy.before_evaluation()
         # --val-fraction: the validation split, what a search may look at
         for name, split in (("test", run.bundle.test if cfg.evaluate_test else None),
                             ("val", run.bundle.val)):
             if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
-                entry.update({f"{name}_{metric}": value for metric, value in evaluate(
+                entry.metrics.update({f"{name}_{metric}": value for metric, value in evaluate(
                     run.task, run.strategy.local_module(), split, world, max(per_device, 256),
                     lambda: _autocast(cfg, device)).items()})
-    if (tokens := data.tokens_per_sample(cfg)) is not None:
-        from parascale.data import text
-
-        entry.update(text.figures(entry, tokens))
-    entry["elapsed_s"] = time.perf_counter() - progress.t_start
+    entry.elapsed_s = time.perf_counter() - progress.t_start
     return entry, rows
 
 
@@ -363,49 +361,6 @@ def _step(run: Run, batches, losses: LossTally) -> float:
     clock.stop()
     prof.step_ends(step)
     return rate
-
-
-def _epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],
-                 loss_sum: torch.Tensor, world: World, rate: float, cpu: list[float],
-                 warmup: bool, rows: Sequence[list[float]] = ()) -> dict:
-    """Train loss over every sample of the epoch on all ranks; wall time of the slowest rank
-    and each rank's CPU time (``times``: this rank's); what else used the CPUs meanwhile
-    (``cpu``: this rank's ``CpuWatch.end_epoch``); the mean step split over every rank's steps
-    (``rows``: this rank's step rows of the epoch; every rank gives them, or none does)."""
-    epoch_time, cpu_time = times
-    samples = steps * plan.derived.global_batch
-    # the step split and the loss ride in the gather the epoch makes anyway: one collective,
-    # and none in a world of one (every figure is then this rank's own)
-    sums = [sum(column) for column in zip(*rows)] if rows else [0.0] * (len(PHASES) + 1)
-    figures = [epoch_time, cpu_time, len(rows), *sums, *cpu]
-    if world.size == 1:
-        loss_total = float(loss_sum)
-        gathered = [figures]
-    else:
-        mine = torch.cat([loss_sum.reshape(1), torch.tensor(
-            figures, dtype=torch.float64, device=loss_sum.device)])
-        parts = [torch.zeros_like(mine) for _ in range(world.size)]
-        dist.all_gather(parts, mine)
-        rows_of = [part.tolist() for part in parts]
-        loss_total = 0.0
-        for row in rows_of:  # in rank order: the same sum on every rank
-            loss_total += row[0]
-        gathered = [row[1:] for row in rows_of]
-    per_rank = [g[0] for g in gathered]
-    first_cpu = 3 + len(sums)
-    other, steal = epoch_load([g[first_cpu:] for g in gathered])
-    counted = sum(g[2] for g in gathered)
-    split = {part: sum(g[3 + i] for g in gathered) / counted
-             for i, part in enumerate((*PHASES, "step"))} if counted else None
-    train_loss = loss_total / samples  # finite: every step's loss was checked
-    wall = max(per_rank)
-    return {"epoch": epoch, "warmup": warmup, "steps": steps,
-            "partial": steps < plan.steps_per_epoch, "wall_time_s": wall,
-            "wall_time_s_per_rank": per_rank,
-            "cpu_time_s_per_rank": [g[1] for g in gathered], "samples": samples,
-            "throughput": samples / wall if wall > 0 else None, "train_loss": train_loss,
-            "test_loss": None, "test_accuracy": None, "lr": rate,
-            "other_cores": other, "steal_cores": steal, STEP_SPLIT: split}
 
 
 def _banner(cfg: TrainConfig, world: World, plan: Plan, bundle, task: tasks.Task) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from statistics import median
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from parascale.runrecord import EpochEntry
     from parascale.training.run import Progress
 
 PHASES = ("data", "compute", "sync", "optimizer")
@@ -128,23 +129,23 @@ def steady(progress: Progress, steps_per_epoch: int, planned_epochs: int) -> Ste
     Warm-up epochs are left out: the first, and the one each resume continued in (a new
     process warms up again)."""
     epochs = progress.epochs
-    warm = [e["epoch"] for e in epochs if e["warmup"]]
-    profiled = [e["epoch"] for e in epochs if e.get("profiled") and not e["warmup"]]
-    kept = [e for e in epochs if not e["warmup"] and not e.get("profiled")]
+    warm = [e.epoch for e in epochs if e.warmup]
+    profiled = [e.epoch for e in epochs if e.profiled and not e.warmup]
+    kept = [e for e in epochs if not e.warmup and not e.profiled]
     if kept:
-        rows = [row for e in kept for row in progress.rows.get(e["epoch"], [])]
+        rows = [row for e in kept for row in progress.rows.get(e.epoch, [])]
         if profiled:
             return Steady(rows, f"{epochs_named(warm)} (warm-up) and {epochs_named(profiled)} "
-                          "(profiled)", f"the steps of {epochs_named([e['epoch'] for e in kept])}")
-        if warm == [1] and [e["epoch"] for e in kept] == list(range(2, epochs[-1]["epoch"] + 1)):
-            partial = "" if epochs[-1]["steps"] == steps_per_epoch else \
-                f" (the partial epoch {epochs[-1]['epoch']})"
+                          "(profiled)", f"the steps of {epochs_named([e.epoch for e in kept])}")
+        if warm == [1] and [e.epoch for e in kept] == list(range(2, epochs[-1].epoch + 1)):
+            partial = "" if epochs[-1].steps == steps_per_epoch else \
+                f" (the partial epoch {epochs[-1].epoch})"
             return Steady(rows, "epoch 1 (warm-up)",
-                          f"steps {epochs[0]['steps'] + 1}-{progress.step}{partial}")
+                          f"steps {epochs[0].steps + 1}-{progress.step}{partial}")
         return Steady(rows, f"{epochs_named(warm)} (warm-up: the first, and each one a resumed "
-                      "run continued in)", f"the steps of {epochs_named([e['epoch'] for e in kept])}")
+                      "run continued in)", f"the steps of {epochs_named([e.epoch for e in kept])}")
     # no steady epoch: the last one's first tenth (at least a step) stands in for the warm-up
-    last = epochs[-1]["epoch"]
+    last = epochs[-1].epoch
     warmup_rows = progress.rows.get(last, [])
     cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
     if len(epochs) > 1 or progress.resumed:
@@ -212,7 +213,7 @@ def work_summary(rows_per_rank: list[list[list[float]]]) -> dict | None:
             "wait_s": wait}
 
 
-def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], steps_source: str,
+def steady_figures(epochs: list[EpochEntry], rows_per_rank: list[list[list[float]]], steps_source: str,
                    steps_per_epoch: int, global_batch: int) -> dict:
     """The summary's steady epoch time and throughput, and where they come from.
 
@@ -222,11 +223,11 @@ def steady_figures(epochs: list[dict], rows_per_rank: list[list[list[float]]], s
     which steps). The mean, not the median: an epoch's time is a sum of steps.
     """
     # an epoch the profiler slowed (--profile) is no steady figure either
-    full = [e for e in epochs if not e["warmup"] and not e["partial"] and not e.get("profiled")]
+    full = [e for e in epochs if not e.warmup and not e.partial and not e.profiled]
     if full:
-        numbers = [e["epoch"] for e in full]
-        return {"steady_epoch_time_s": median(e["wall_time_s"] for e in full),
-                "steady_throughput": median(e["throughput"] for e in full),
+        numbers = [e.epoch for e in full]
+        return {"steady_epoch_time_s": median(e.wall_time_s for e in full),
+                "steady_throughput": median(cast(float, e.throughput) for e in full),
                 "steady_epoch_time_method": "epochs",
                 "steady_source": epochs_named(numbers)}
     step_s = max(float(np.mean([row[-1] for row in rows])) for rows in rows_per_rank if rows)

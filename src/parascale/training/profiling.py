@@ -16,6 +16,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from parascale import safejson
 from parascale.config import TrainConfig, profile_steps
 from parascale.record import TRACES_NAME
 from parascale.runtime.world import World
@@ -108,7 +109,7 @@ class Profiler:
         """Stop and export, atomically: a reader never meets half a trace."""
         prof, self._prof = self._prof, None
         self._wrote = [self._began, last]
-        prof.add_metadata_json(_KEY, json.dumps(self._wrote))
+        prof.add_metadata_json(_KEY, safejson.dumps(self._wrote))
         prof.stop()
         tmp = None
         try:

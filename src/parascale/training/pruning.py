@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from parascale.runrecord import EpochEntry
 from parascale.runtime import contract
 
 ENV = contract.JUDGE
@@ -49,23 +50,23 @@ class Judge:
         text = os.environ.get(ENV)
         return cls(json.loads(text), world) if text else None
 
-    def stop(self, entry: dict, last: bool = False) -> bool:
+    def stop(self, entry: EpochEntry, last: bool = False) -> bool:
         """Whether the search prunes the trial after this epoch (collective: every rank calls).
         After the ``last`` epoch the value is reported but the pruner is not asked: a trial
         that trained every epoch is complete, with its objective, never pruned."""
         import torch
         import torch.distributed as dist
 
-        accuracy = entry.get(f"val_{self.spec.get('metric', 'accuracy')}")
+        accuracy = entry.metrics.get(f"val_{self.spec.get('metric', 'accuracy')}")
         if accuracy is None:  # not an evaluated epoch: nothing to judge
             return False
         if last:  # every rank knows it: nothing to broadcast
             if self.world.is_main:
-                self._ask(entry["epoch"], accuracy, ask=False)
+                self._ask(entry.epoch, accuracy, ask=False)
             return False
         verdict = torch.zeros(1, device=self.world.device)
         if self.world.is_main:
-            verdict[0] = float(self._ask(entry["epoch"], accuracy))
+            verdict[0] = float(self._ask(entry.epoch, accuracy))
         if self.world.size > 1:
             dist.broadcast(verdict, 0)
         return bool(verdict.item())

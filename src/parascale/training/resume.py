@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parascale import safejson
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
@@ -68,7 +69,7 @@ class Choice:
                 "reason": self.reason}
 
     def to_env(self) -> str:
-        return json.dumps(self.__dict__)
+        return safejson.dumps(self.__dict__)
 
     @classmethod
     def from_env(cls) -> Choice | None:

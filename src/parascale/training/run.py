@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from parascale.runrecord import SAMPLES, EpochEntry, Unit
 from parascale.training.measure import Steady
 from parascale.training.memory_split import MemorySplit
 
@@ -48,7 +49,7 @@ class Progress:
     step: int = 0
     #: the sampler's place: optimizer steps done, the epoch it is in, that epoch's steps done
     position: dict[str, int] = field(default_factory=lambda: {"step": 0, "epoch": 1, "done": 0})
-    epochs: list[dict[str, Any]] = field(default_factory=list)  # the record's entries so far
+    epochs: list[EpochEntry] = field(default_factory=list)  # the record's entries so far
     tta: dict[str, Any] | None = None  # time-to-accuracy so far
     rows: dict[int, Rows] = field(default_factory=dict)  # this rank's step rows per epoch
     warm: set[int] = field(default_factory=lambda: {1})  # warm-up epochs: 1, each resume's
@@ -65,13 +66,13 @@ class Progress:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps for the record (the ``progress`` entry; the position and
         each rank's rows are kept beside it, see training/state.py)."""
-        return {"epochs": [dict(e) for e in self.epochs], "tta": self.tta,
+        return {"epochs": [e.to_dict() for e in self.epochs], "tta": self.tta,
                 "elapsed_s": self.elapsed(), "warm": sorted(self.warm),
                 "resumed": [dict(r) for r in self.resumed], "learners": self.learners}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from a checkpoint's ``progress`` entry."""
-        self.epochs = [dict(e) for e in state["epochs"]]
+    def load_state_dict(self, state: dict[str, Any], unit: Unit = SAMPLES) -> None:
+        """Go on from a checkpoint's ``progress`` entry (``unit``: the task's)."""
+        self.epochs = [EpochEntry.from_dict(e, unit) for e in state["epochs"]]
         self.tta, self.elapsed_before = state["tta"], float(state["elapsed_s"])
         self.warm = set(state["warm"])
         self.resumed = [dict(r) for r in state["resumed"]]
@@ -120,11 +121,12 @@ class Times:
 class Summary:
     """What a finished run hands to the record (training/assemble.py)."""
 
-    epochs: list[dict[str, Any]]
+    epochs: list[EpochEntry]
     steady: Steady
     tta: dict[str, Any] | None
     times: Times
     window: dict[str, Any]  # this rank's share of the contention measurement
     search: dict[str, Any] | None  # the trial's number and the epoch it was pruned after
     continuity: dict[str, Any]  # resumed, restarts, checkpoints, profile and noise sections
-    task: dict[str, Any] | None = None  # Task.section(): unit, metrics, directions, judge
+    task: dict[str, Any]  # the record's task section: unit, metrics, directions, judge
+    flops: dict[str, Any] | None = None  # what flops.measure counted, None when nothing

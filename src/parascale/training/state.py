@@ -181,7 +181,7 @@ def continue_run(run: Run, saved: dict[str, Any], choice: Choice) -> None:
 
     mine = restore(run, saved, Path(choice.path))
     progress, position = run.progress, saved["position"]
-    progress.load_state_dict(saved["progress"])
+    progress.load_state_dict(saved["progress"], run.task.throughput_unit())
     progress.position, progress.step = dict(position), int(position["step"])
     progress.warm.add(int(position["epoch"]))  # a new process warms up
     progress.resumed.append(choice.entry())
