@@ -7,6 +7,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITES = re.compile(r"--(?:out|tensorboard|data-dir)[ =]+([a-z][\w.-]*)/?", re.ASCII)
+# commands, not prose ("without --out a script..."): fenced blocks and `inline code`
+CODE = re.compile(r"^```.*?^```|`[^`\n]+`", re.MULTILINE | re.DOTALL)
 
 
 def _ignored_top_folders() -> set[str]:
@@ -18,7 +20,8 @@ def _ignored_top_folders() -> set[str]:
 def test_every_folder_the_examples_write_is_ignored():
     written = {}
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for match in WRITES.finditer(doc.read_text()):
+        code = "\n".join(block.group(0) for block in CODE.finditer(doc.read_text()))
+        for match in WRITES.finditer(code):
             top = match.group(1).split("/")[0]
             written.setdefault(top, doc.name)
     assert {"runs", "studies", "hpo", "tb"} <= set(written), written  # the examples seen
