@@ -15,6 +15,7 @@ from parascale.batch import Plan
 from parascale.config import TrainConfig
 from parascale.files import atomic_write_bytes
 from parascale.runtime import World
+from parascale.runtime.memory_cap import own_peak
 from parascale.sync.base import Strategy
 from parascale.training.contention import machine_section
 from parascale.training.measure import peak_memory, steady_figures, step_summary
@@ -50,7 +51,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
     steady_rows, excluded = summary.steady.rows, summary.steady.excluded
     window, search, continuity = summary.window, summary.search, summary.continuity
     peak = peak_memory(world.device)
-    mine = {"rows": steady_rows, "memory": peak,
+    mine = {"rows": steady_rows, "memory": peak, "cgroup_peak": own_peak(),
             "split": memory.section(peak[1]) if memory is not None else None,
             "device": _device_name(world.device), "host": socket.gethostname(),
             "window": window, "cpus": _affinity()}
@@ -79,6 +80,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
         "memory": {"kind": gathered[0]["memory"][0],
                    "peak_bytes_per_rank": [g["memory"][1] for g in gathered],
                    "reserved_bytes_per_rank": [g["memory"][2] for g in gathered],
+                   "cgroup_peak_bytes_per_rank": [g["cgroup_peak"] for g in gathered],
                    "split_per_rank": [g["split"] for g in gathered]
                    if any(g["split"] for g in gathered) else None},
         "time_to_accuracy": tta,
