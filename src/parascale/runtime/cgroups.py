@@ -82,8 +82,9 @@ def _read_only(folder: Path) -> bool:
 
 
 def find(cgroup_text: str | None = None, mountinfo_text: str | None = None) -> Hierarchy:
-    """The place this process may make memory cgroups (v2 first), or :class:`Unavailable`
-    saying why none. The texts default to /proc/self/cgroup and /proc/self/mountinfo."""
+    """The place this process may make memory cgroups, in whichever hierarchy (v2 or v1)
+    holds the memory controller, or :class:`Unavailable` saying why there is none. The texts
+    default to /proc/self/cgroup and /proc/self/mountinfo."""
     if not sys.platform.startswith("linux") and cgroup_text is None:
         raise Unavailable(f"memory cgroups are Linux's, and this is {sys.platform}")
     try:

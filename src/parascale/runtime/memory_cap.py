@@ -11,6 +11,10 @@ forked worker's cap is its own memory. The kernel kills a worker that goes over 
 the launcher reads the cgroup's count of such kills, and the run ends as ``oom`` naming the rank
 and the cap (:meth:`JobCaps.oom_line`), as a CUDA out-of-memory error does.
 
+The cap travels beside the launch, not through it: ``train()``, ``parascale run`` and a study's
+script runs open :func:`applied` around their local launch, and the launcher asks
+:func:`for_job` for the cgroups of the launch it makes; a launch outside (``comm``) is uncapped.
+
 Sizes are binary: a number in ASCII digits, with or without a fraction, and a unit K, M, G or T
 (powers of 1024, however written: 3G, 3GB and 3GiB are all 3 x 2^30 bytes, as Slurm's --mem
 and docker's --memory read them), or none (or B) for bytes. ``find-batch --memory-limit`` reads
@@ -38,8 +42,6 @@ FLOOR = 400 << 20
 FLAG = "--device-memory"
 _REQUESTED: contextvars.ContextVar[int | None] = contextvars.ContextVar("device_memory",
                                                                         default=None)
-
-
 #: what a size looks like, for messages
 SIZE_WORDS = "a size such as 3GiB, 512MiB or 2.5G (powers of 1024, ASCII digits)"
 
