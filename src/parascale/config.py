@@ -18,6 +18,7 @@ from parascale.checks import is_int as _is_int
 from parascale.checks import path_given
 from parascale.checks import positive as _positive
 from parascale.errors import UsageError
+from parascale.runtime import memory_cap
 
 LR_SCALINGS = ("none", "linear", "sqrt")
 LR_SCHEDULES = ("constant", "cosine", "step")
@@ -90,6 +91,12 @@ class TrainConfig:
     oversubscribe: bool = False
     """Run a local launch that asks for more than 4 CPU threads per core (workers x threads, plus
     parameter servers), which is otherwise refused; 4 workers on 2 cores need no flag."""
+    device_memory: str | None = None
+    """Cap each CPU worker's memory at SIZE (e.g. 3GiB, 512MiB, 2.5G: powers of 1024), as a
+    GPU's memory caps it: each worker runs in a memory cgroup of its own, with no swap beyond
+    SIZE, and one that goes over it is killed, and the run ends as out of memory (status oom)
+    naming the rank. Needs Linux cgroups (v1 or v2) this user may create (root); local
+    launches only; at least 400 MiB (the interpreter and torch)."""
 
     batch_size: int | None = None
     """Per-device batch. Give this or global_batch, not both; the other is derived."""
@@ -365,6 +372,7 @@ def check_combinations(cfg: TrainConfig) -> None:
     if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:
         raise UsageError(f"--synthetic-shape is C,H,W with positive sizes, got {cfg.synthetic_shape}")
     _validate_checkpoints(cfg)
+    memory_cap.check(cfg.device_memory, cfg.gpus, cfg.device, cfg.sync)
     if cfg.gpus is not None:
         if cfg.workers is not None and cfg.workers != len(cfg.gpus):
             raise UsageError(f"--workers {cfg.workers} does not match --gpus "

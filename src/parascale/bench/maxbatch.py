@@ -48,6 +48,11 @@ def resolve(jobs: list, dry_run: bool, search: Callable[[dict[str, Any]], int],
         if job.scaling == "strong" or job.train.get("global_batch") is not None:
             raise UsageError("batch_size max is a per-device batch: use it with weak scaling, "
                              "not with a global batch")
+        if job.train.get("device_memory") is not None:  # a cgroup's charge, not the RSS
+            raise UsageError("batch_size max searches against the resident memory of probes, "
+                             "not under --device-memory's cap: give the per-device batches to "
+                             "try instead (a run over the cap is recorded oom, and larger "
+                             "ones are skipped)")
     if dry_run:
         for job in jobs:
             job.params["batch_size"] = job.train["batch_size"] = MAX

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from typing import Any
 
 from parascale import safejson
@@ -31,16 +30,16 @@ one that fits its memory layout: sharded state leaves room for a larger batch. O
 --memory-limit is each worker's budget (default half the memory free now, over the workers).
 """
 MAX_DEVICES = 10 ** 7
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", re.IGNORECASE | re.ASCII)
 
 
 def parse_memory(text: str) -> int:
-    """'4GB', '4G', '512MiB', '1.5G' -> bytes (powers of 1024)."""
-    match = _SIZE.fullmatch(text.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"expected a size such as 4G, 512MiB or 1.5GB, got {text!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    """'4GB', '4G', '512MiB', '1.5G' -> bytes (powers of 1024), as --device-memory reads them."""
+    from parascale.runtime.memory_cap import SIZE_WORDS, read_size
+
+    size = read_size(text)
+    if size is None:
+        raise argparse.ArgumentTypeError(f"expected {SIZE_WORDS}, got {text!r}")
+    return size
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

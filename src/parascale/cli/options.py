@@ -37,7 +37,7 @@ CHOICES = {
 PATHS = ("out", "tensorboard", "data_dir")  # folders: an empty one is refused at once
 METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,E2,...",
             "workers": "N", "model": "NAME", "dataset": "NAME", "sync": "NAME",
-            "learners": "M|auto", "task": "MODULE:FUNCTION"}
+            "learners": "M|auto", "task": "MODULE:FUNCTION", "device_memory": "SIZE"}
 
 
 @functools.cache

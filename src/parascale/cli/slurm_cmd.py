@@ -121,6 +121,7 @@ def _job_config(args: argparse.Namespace, opts, default_out) -> tuple[dict, int,
     if cfg.get("gpus") is not None:
         raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G "
                          "(one task per GPU, each on cuda:<local rank>)")
+    _no_device_memory([cfg])
     nodes, per_node = layout(cfg.get("workers"), opts)
     cfg["workers"] = nodes * per_node
     cfg.setdefault("threads", opts.cpus_per_task)
@@ -128,6 +129,13 @@ def _job_config(args: argparse.Namespace, opts, default_out) -> tuple[dict, int,
         cfg["device"] = "cuda"
     cfg["out"] = os.path.abspath(cfg.get("out") or default_out(cfg))
     return cfg, nodes, per_node
+
+
+def _no_device_memory(configs: list[dict]) -> None:
+    if any(cfg.get("device_memory") is not None for cfg in configs):
+        raise UsageError("--device-memory caps the workers of parascale's own launch; srun "
+                         "starts a Slurm job's tasks, and Slurm's own memory limit (sbatch "
+                         "--mem-per-cpu) applies to them: leave it out")
 
 
 # ---- train --------------------------------------------------------------------------------
@@ -334,6 +342,7 @@ def study_plan(args: argparse.Namespace):
             inputs, jobs, study = plan_from_args(args, config_from_args(args))
         finally:
             args.dry_run = not args.submit
+    _no_device_memory([job.train for job in jobs])
     if lifted:
         for held in (inputs.parameters, *(j.params for j in jobs), *(j.train for j in jobs)):
             held.pop("oversubscribe", None)

@@ -18,6 +18,8 @@ LOCAL_RANK = "PARASCALE_LOCAL_RANK"
 ERROR_FILE = "PARASCALE_ERROR_FILE"
 #: 0 for the first start, k after the k-th restart (--max-restarts)
 ATTEMPT = "PARASCALE_ATTEMPT"
+#: the memory cgroup folder a worker enters before it allocates (--device-memory: memory_cap.py)
+MEMORY_CGROUP = "PARASCALE_MEMORY_CGROUP"
 
 # --- a training job: train() -> training/worker.py
 #: JSON: the resolved TrainConfig (workers and the staging --out filled in)

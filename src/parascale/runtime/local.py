@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
-from parascale.runtime import contract, failure, memory, processes
+from parascale.runtime import contract, failure, memory, memory_cap, processes
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.rendezvous import LOOPBACK, address_towards, open_store  # noqa: F401
@@ -108,6 +108,8 @@ def check_oversubscription(workers: int, threads: int, cores: int, servers: int 
 class LocalJob:
     """One launch: the store, the processes, their error files and logs."""
 
+    caps: memory_cap.JobCaps | None = None  # --device-memory: a cgroup per worker, from run()
+
     def __init__(self, module: str, size: int, env: dict[str, str], store: dist.TCPStore,
                  threads: int):
         self.module, self.size, self.env, self.threads = module, size, env, threads
@@ -125,6 +127,7 @@ class LocalJob:
         """Start the workers and block until every one succeeded or the job failed; never
         leaves a worker behind."""
         try:
+            self.caps = memory_cap.for_job(self.size)
             self._start()
             outcome = self._watch()
         except BaseException:  # Ctrl-C, SIGTERM: ask the workers to stop, then make sure
@@ -133,6 +136,8 @@ class LocalJob:
         finally:
             self._stop(0.0)  # after a failure the rest are of no use, and may be deaf to SIGTERM
             shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.caps is not None:
+                self.caps.remove()
             sweep()  # what stopped workers could not remove (a rank 0's parameter-server logs)
         return outcome
 
@@ -142,7 +147,8 @@ class LocalJob:
                     contract.STORE_PORT: str(self.store.port), contract.RANK: str(rank),
                     contract.WORLD_SIZE: str(self.size), contract.LOCAL_RANK: str(rank),
                     contract.ERROR_FILE: str(self.tmp / f"rank{rank}.error.json"),
-                    "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
+                    "OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+                    **(self.caps.env(rank) if self.caps else {})}
             # gloo otherwise listens on whatever the host name resolves to
             wenv.setdefault("GLOO_SOCKET_IFNAME", "lo")
             log = None if rank == 0 else self.tmp / f"rank{rank}.log"
@@ -202,6 +208,8 @@ class LocalJob:
 
     def _report(self, rank: int, code: int) -> dict:
         """What a failed worker said about itself, or what its exit code and log tell."""
+        if self.caps is not None and (over := self.caps.oom_line(rank)):
+            return {"message": over, "oom": True}  # whatever the worker said as it went
         error_file = self.tmp / f"rank{rank}.error.json"
         if error_file.exists():
             try:

@@ -202,6 +202,8 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
     ``module`` as ``python -m module`` would."""
     import multiprocessing
 
+    from parascale.runtime.memory_cap import enter
+
     die_with_parent()
     os.setpgid(0, 0)  # a group of its own, for stop() to end with whatever it starts
     _set_title(title)
@@ -218,6 +220,7 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
         os.close(fd)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the process's own
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    enter(env)  # its --device-memory cgroup, before it allocates more than these few objects
     server_threshold = os.environ.get(MMAP_ENV)
     os.environ.clear()
     os.environ.update(env)
@@ -273,6 +276,9 @@ def plain_main() -> None:
     ``python -c ... MODULE THREADS TITLE PATH-AS-JSON``."""
     import json
 
+    from parascale.runtime.memory_cap import enter
+
+    enter(dict(os.environ))  # its --device-memory cgroup, before torch is imported
     module, threads, title, path = sys.argv[1:5]
     _set_title(title)
     _run(module, dict(os.environ), json.loads(path), int(threads), reseed=False)

@@ -12,7 +12,7 @@ from typing import Any
 
 from parascale.config import TrainConfig, check_run_folder
 from parascale.errors import UsageError
-from parascale.runtime import external_launcher
+from parascale.runtime import external_launcher, memory_cap
 from parascale.training import resume
 from parascale.training.launcher import launch_local
 from parascale.training.loop import run_worker
@@ -42,6 +42,9 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
             and cfg.workers != size:
         raise UsageError(f"--workers {cfg.workers} does not match the {size} processes started "
                          f"by {external_launcher()}; leave --workers out under a launcher")
+    if cfg.device_memory is not None and external_launcher():
+        raise UsageError(f"--device-memory caps the workers parascale starts itself, not "
+                         f"{external_launcher()}'s; leave it out under a launcher")
     if cfg.max_restarts and external_launcher():
         raise UsageError(f"--max-restarts restarts the workers of parascale's own launch, not "
                          f"{external_launcher()}'s; under torchrun give torchrun --max-restarts "
@@ -58,4 +61,5 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
         said.append(line)
 
     choice = resume.first_choice(cfg, size, plan.total_steps, say)
-    return launch_local(cfg, size, plan, since, choice, said)
+    with memory_cap.applied(cfg.device_memory):
+        return launch_local(cfg, size, plan, since, choice, said)

@@ -17,6 +17,7 @@ from parascale.batch import Plan
 from parascale.config import TrainConfig
 from parascale.files import atomic_write_bytes
 from parascale.runtime import World
+from parascale.runtime.memory_cap import own_peak
 from parascale.sync.base import Strategy
 from parascale.training.contention import machine_section
 from parascale.training.measure import peak_memory, steady_figures, step_summary
@@ -54,7 +55,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
     """
     epochs, times = summary.epochs, summary.times
     peak = peak_memory(world.device)
-    mine = {"rows": summary.steady.rows, "memory": peak,
+    mine = {"rows": summary.steady.rows, "memory": peak, "cgroup_peak": own_peak(),
             "split": memory.section(peak[1]) if memory is not None else None,
             "device": _device_name(world.device), "host": socket.gethostname(),
             "window": summary.window, "cpus": _affinity()}
@@ -79,6 +80,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
         memory={"kind": gathered[0]["memory"][0],
                 "peak_bytes_per_rank": [g["memory"][1] for g in gathered],
                 "reserved_bytes_per_rank": [g["memory"][2] for g in gathered],
+                "cgroup_peak_bytes_per_rank": [g["cgroup_peak"] for g in gathered],
                 "split_per_rank": [g["split"] for g in gathered]
                 if any(g["split"] for g in gathered) else None},
         time_to_accuracy=summary.tta, sync=strategy.measurements(),
