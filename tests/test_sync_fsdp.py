@@ -47,7 +47,7 @@ def test_one_worker_runs_unsharded_and_says_so(train_run, capfd):
     (dict(precision="bf16"), "FSDP's mixed precision needs a GPU"),
     (dict(precision="fp16"), "use --precision bf16"),
     (dict(sync_options={"stage": 4}), "stage=4: FSDP shards at stage 2 or 3"),
-    (dict(sync_options={"stage": 1}), "--stage must be at least 2"),
+    (dict(sync_options={"stage": 1}), "--sync-option stage must be at least 2"),
 ])
 def test_refused_in_one_line(options, message):
     from parascale import sync

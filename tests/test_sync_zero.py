@@ -48,4 +48,4 @@ def test_allreduce_options_belong_to_allreduce():
     from parascale import sync
 
     with pytest.raises(UsageError, match="belongs to --sync allreduce"):
-        sync.validate(TrainConfig(sync="zero", compression="fp16"))
+        sync.validate(TrainConfig.from_dict(dict(sync="zero", compression="fp16")))

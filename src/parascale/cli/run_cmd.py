@@ -7,14 +7,23 @@ import dataclasses
 import datetime
 from pathlib import Path
 
-from parascale.cli.options import add_train_options, config_from_args, flag
+from parascale import sync
+from parascale.cli.options import add_train_options, config_from_args, flag, sync_help
 from parascale.errors import UsageError
 
 #: the TrainConfig fields ``run`` takes: where to run, how to synchronise, how to end, where to
 #: write; the rest (model, data, batch, optimizer) is the script's own business
 FIELDS = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "sync",
-          "bucket_mb", "compression", "powersgd_rank", "period", "target_accuracy",
-          "target_metric", "target_value", "port", "timeout", "out", "tensorboard")
+          "sync_options", "target_accuracy", "target_metric", "target_value", "port", "timeout",
+          "out", "tensorboard")
+
+
+def taken() -> list[str]:
+    """The settings ``run`` takes: :data:`FIELDS`, and the options of the strategies that can
+    run a script (as the registry says)."""
+    scripted = set(sync.with_trait(script_refusal=None))
+    return [*FIELDS, *(name for name, (_, owners) in sync.options().items()
+                       if scripted & set(owners))]
 
 DESCRIPTION = """\
 Start N copies of your own training script (--workers N, default one per core; or --gpus
@@ -41,13 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     from parascale.config import TrainConfig
 
-    add_train_options(parser, exclude={f.name for f in dataclasses.fields(TrainConfig)}
-                      - set(FIELDS))
+    add_train_options(parser, exclude=({f.name for f in dataclasses.fields(TrainConfig)}
+                                       | set(sync.options())) - set(taken()))
     for action in parser._actions:
         if action.dest == "sync":  # the trainer's list names strategies a script cannot run
-            action.help = ("Synchronisation strategy: allreduce (DDP), local-sgd or none (no "
-                           "exchange: the contention baseline); the others need parascale's "
-                           "own training step. (default: allreduce)")
+            action.help = sync_help(sync.with_trait(script_refusal=None)) + \
+                " The others need parascale's own training step."
     # one REMAINDER for the script and its arguments: argparse keeps a '--' inside it (it drops
     # the one that follows a positional of its own, which script_args must see)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py ...",
@@ -61,7 +69,8 @@ def script_args(script: Path, args: list[str]) -> list[str]:
     user more likely meant it for parascale (``--`` first passes everything as it is)."""
     if args[:1] == ["--"]:
         return args[1:]
-    ours = {flag(name) for name in FIELDS} | {"--no-oversubscribe"}
+    ours = {flag(name) for name in taken() if name != "sync_options"} | \
+        {"--sync-option", "--no-oversubscribe"}
     for arg in args:
         name = arg.partition("=")[0]
         if name in ours:

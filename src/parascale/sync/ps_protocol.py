@@ -27,10 +27,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
+from parascale import lazy
 from parascale.runtime import contract
+
+if TYPE_CHECKING:
+    import torch
+else:  # the strategies' registry imports this module without torch
+    torch = lazy.module("torch", globals())
 
 ENV = contract.PS_SERVER
 PREFIX = "parascale-ps/"
