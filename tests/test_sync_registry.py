@@ -1,6 +1,8 @@
 """A strategy is one file and one registry line: its declared options reach validation, the
 command line and bench without a table elsewhere. No processes: validation and parsing only."""
 import argparse
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -158,3 +160,29 @@ def test_bench_takes_its_option_as_a_study_variable(gossip):
     by_sync = {job.train["sync"]: job for job in jobs}
     assert by_sync["gossip"].train["sync_options"] == {"fanout": 3}
     assert not by_sync["allreduce"].train.get("sync_options")
+
+
+@pytest.mark.slow
+def test_the_registry_is_read_without_torch():
+    """names, traits, options, help and patterns, and train's --help built from them, in a fresh
+    interpreter: torch stays out of it (parascale/lazy.py)."""
+    script = """
+import sys
+from parascale import sync
+from parascale.cli.main import main
+for name in sync.names():
+    kind = sync.get(name)
+    kind.traits, kind.pattern(kind.Settings()), kind.Settings.declared(), kind.stages()
+options = sync.options()
+[sync.help_of(name) for name in options]
+try:
+    main(["train", "--help"])
+except SystemExit:
+    pass
+assert "torch" not in sys.modules, "torch was imported"
+print(len(sync.names()), len(options))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"{len(sync.names())} {len(sync.options())}"
