@@ -223,8 +223,9 @@ def _check_placed(key: str, value: Any, name: str, own: dict[str, Option],
                          f"--sync {name}" + (f" ({', '.join(others)} "
                                              f"{'takes' if len(others) == 1 else 'take'} it too)"
                                              if others else ""))
-    if opt is not None and not at_default and not opt.holds(lambda o: getattr(settings, o)):
-        other, wanted = opt.only_with  # type: ignore[misc]  # holds() is True without it
+    if opt is not None and opt.only_with is not None and not at_default \
+            and not opt.holds(lambda o: getattr(settings, o)):
+        other, wanted = opt.only_with
         needed = own[other]
         raise UsageError(f"{opt.given(value)} belongs to {needed.given(wanted)}, not "
                          f"{needed.given(getattr(settings, other))}")

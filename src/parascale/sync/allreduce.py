@@ -58,20 +58,14 @@ class BucketSettings(Settings):
                               flag=True)
 
 
-@dataclass(frozen=True)
-class AllReduceSettings(compression.CompressionSettings, BucketSettings):
-    pass
+class Bucketed(Strategy):
+    """DDP's bucketed allreduce of the gradients as they are, overlapped with backward: the
+    base of ``allreduce`` and ``zero`` (it is no strategy of its own: not registered)."""
 
-
-class AllReduce(Strategy):
-    """DDP. Gradients are averaged in buckets of ``--bucket-mb`` while backward still runs, so
-    most communication hides behind compute; what does not (the allreduce of the last bucket,
-    and any bucket still queued when the last gradient is ready) is the "sync" phase."""
-
-    name = "allreduce"
+    name = "bucketed"
     traits = Traits(mean_gradient=True)
-    Settings = AllReduceSettings
-    settings: AllReduceSettings
+    Settings = BucketSettings
+    settings: BucketSettings
 
     @classmethod
     def lockstep(cls, settings) -> bool:
@@ -85,27 +79,13 @@ class AllReduce(Strategy):
     def pattern(cls, settings) -> Pattern:
         return Pattern(overlaps=True)
 
-    @classmethod
-    def refuse(cls, cfg) -> str | None:
-        settings = cls.settings_of(cfg)
-        if settings.compression == "powersgd" and (cfg.checkpoint_every is not None
-                                                   or cfg.resume):
-            return ("--compression powersgd keeps error feedback per DDP bucket, which a "
-                    "checkpoint does not hold; checkpoint with --compression none, fp16 or bf16")
-        return None
-
     def compressor(self) -> compression.Compressor:
-        """What the gradients are sent as (``--compression``)."""
-        return self.settings.compressor()
-
-    @classmethod
-    def resumes_resized(cls, cfg) -> bool:
-        # the model and optimizer are kept once (replicas_agree); DDP keeps nothing between
-        # steps, nor do the casting compressors (PowerSGD is refused with checkpoints)
-        return True
+        """What the gradients are sent as: themselves."""
+        return compression.Compressor()
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self._clock: _BucketClock | None = None
+        self._ddp: parallel.DistributedDataParallel | None = None
         compressor = self.compressor()
         if self.world.size == 1 and compressor.name == "none":
             # nothing to average with: DDP's hook, bucket copies and one-rank allreduce are
@@ -120,7 +100,7 @@ class AllReduce(Strategy):
         state, hook = compressor.ddp_hook()
         self._clock = _BucketClock(state, hook, self.world.device.type == "cuda", self)
         ddp.register_comm_hook(self._clock, _timed_hook)
-        self.model = ddp
+        self.model = self._ddp = ddp
         n = self.world.size
         # ring allreduce: every rank sends 2(n-1)/n of the bytes that enter the allreduce
         self.bytes_per_step = int(2 * (n - 1) / n * compressor.sent_bytes(model))
@@ -128,12 +108,46 @@ class AllReduce(Strategy):
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         # gradients of non-final micro-batches stay local; the last backward reduces the sum
-        if last or self._clock is None:
+        if last or self._ddp is None:
             return NOTHING
-        return self.model.no_sync()  # type: ignore[operator]  # DDP's, when there is a clock
+        return self._ddp.no_sync()
 
     def compute_end(self) -> Any | None:
         return None if self._clock is None else self._clock.take()
+
+
+@dataclass(frozen=True)
+class AllReduceSettings(compression.CompressionSettings, BucketSettings):
+    pass
+
+
+class AllReduce(Bucketed):
+    """DDP. Gradients are averaged in buckets of ``--bucket-mb`` while backward still runs, so
+    most communication hides behind compute; what does not (the allreduce of the last bucket,
+    and any bucket still queued when the last gradient is ready) is the "sync" phase."""
+
+    name = "allreduce"
+    Settings = AllReduceSettings
+    settings: AllReduceSettings
+
+    @classmethod
+    def refuse(cls, cfg) -> str | None:
+        settings = cls.settings_of(cfg)
+        if settings.compression == "powersgd" and (cfg.checkpoint_every is not None
+                                                   or cfg.resume):
+            return ("--compression powersgd keeps error feedback per DDP bucket, which a "
+                    "checkpoint does not hold; checkpoint with --compression none, fp16 or bf16")
+        return None
+
+    @classmethod
+    def resumes_resized(cls, cfg) -> bool:
+        # the model and optimizer are kept once (replicas_agree); DDP keeps nothing between
+        # steps, nor do the casting compressors (PowerSGD is refused with checkpoints)
+        return True
+
+    def compressor(self) -> compression.Compressor:
+        """What the gradients are sent as (``--compression``)."""
+        return self.settings.compressor()
 
     def noise_refusal(self) -> str | None:
         if self.compressor().name == "powersgd":

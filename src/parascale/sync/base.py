@@ -90,6 +90,9 @@ class GradientWatcher(Protocol):
 class Strategy:
     """Default: plain local training (no exchange). Subclasses override what they change."""
 
+    #: the module the loop trains, from ``wrap`` on (there is none before)
+    model: nn.Module
+
     name = "base"
     #: what the strategy is, whatever its options (sync/traits.py)
     traits = Traits()
@@ -205,7 +208,6 @@ class Strategy:
         self.world = world
         #: this run's options, typed: an instance of the strategy's ``Settings``
         self.settings = self.Settings.of(cfg.sync_options)
-        self.model: nn.Module | None = None
         #: bytes this rank sends per optimizer step, where the strategy knows it
         self.bytes_per_step: int | None = None
         #: who is shown this rank's own gradients before the exchange (``watch_gradients``)

@@ -105,7 +105,9 @@ class LocalSGD(Strategy):
 
     def local_module(self) -> nn.Module:
         """The replica, or after ``before_evaluation`` the average of all replicas."""
-        return self._copy if self._show_copy else super().local_module()
+        if self._show_copy and self._copy is not None:
+            return self._copy
+        return super().local_module()
 
     def state_dict(self) -> dict:
         # each rank's replica and momentum are its own: the checkpoint keeps every rank's

@@ -227,8 +227,7 @@ class ParameterServer(Strategy):
         else:
             store = dist.TCPStore(address[0], address[1], is_master=False, timeout=timeout)
         self._store = store  # the host must keep it alive while the group exists
-        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(proto.PREFIX, store), world.rank,
-                                        n + k, timeout)
+        self.pg = proto.open_group(store, world.rank, n + k, timeout)
         if world.is_main:
             self._wait([self.pg.send([self.params[a:b]], n + s, proto.INIT)
                         for s, (a, b) in enumerate(self.bounds)])
@@ -264,7 +263,7 @@ class ParameterServer(Strategy):
             settings = [float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"],
                         float(g["nesterov"])]
         works = []
-        wire = self.compressor.compress(self.grads) if kind == proto.PUSH else None
+        wire = self.compressor.compress(self.grads) if kind == proto.PUSH else self.grads
         for s, (a, b) in enumerate(self.bounds):
             header = self.headers[s]
             header[0], header[1] = kind, self.versions[s]
@@ -361,7 +360,7 @@ class ParameterServer(Strategy):
         super().before_evaluation()
 
     def finish(self) -> None:
-        gathered: list[list[int]] = [None] * self.world.size  # type: ignore[list-item]
+        gathered: list[Any] = [None] * self.world.size  # each rank's list, once gathered
         dist.all_gather_object(gathered, self.staleness)
         self._gathered = gathered
         if self.servers is not None:

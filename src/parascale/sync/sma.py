@@ -209,6 +209,8 @@ class SMA(Strategy):
     def _average(self) -> None:
         with torch.no_grad():  # a decorator would import torch with the registry
             old, z = self._old, self.z
+            if old is None:  # taken in step() of the period's last step
+                raise RuntimeError("SMA averaged without the learners' weights before the step")
             now = self.learners.vectors()
             self._note_distance(now)
             corrections = self.settings.sma_alpha * (old - z)

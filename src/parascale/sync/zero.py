@@ -10,8 +10,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from parascale import lazy
-from parascale.sync import compression
-from parascale.sync.allreduce import AllReduce, BucketSettings
+from parascale.sync.allreduce import Bucketed
 from parascale.sync.traits import Pattern, Traits
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ def _constructor_settings(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return {k: v for k, v in optimizer.defaults.items() if k in accepted}
 
 
-class Zero(AllReduce):
+class Zero(Bucketed):
     """ZeRO stage 1 under DDP. The update itself, and its broadcast of each rank's updated
     parameters to the others, are the "optimizer" phase."""
 
@@ -47,9 +46,7 @@ class Zero(AllReduce):
     # each rank writes its optimizer part; any worker count reads it
     traits = Traits(shards=frozenset({"state"}), shards_checkpoint=True, mean_gradient=True,
                     script_refusal="it replaces the script's optimizer with a sharded one")
-    # gradients travel uncompressed: the compression options stay allreduce's
-    Settings = BucketSettings  # type: ignore[assignment]
-    settings: BucketSettings  # type: ignore[assignment]
+    # gradients travel uncompressed (Bucketed's): the compression options stay allreduce's
 
     @classmethod
     def pattern(cls, settings) -> Pattern:
@@ -61,18 +58,11 @@ class Zero(AllReduce):
     def stages(cls) -> dict[int, dict[str, Any]]:
         return {1: {}}
 
-    @classmethod
-    def refuse(cls, cfg) -> str | None:
-        return None  # allreduce's refusals concern compression, which zero does not take
-
-    def compressor(self) -> compression.Compressor:
-        return compression.Compressor()
-
     def wrap(self, model):
         wrapped = super().wrap(model)
         n = self.world.size
         if n > 1:  # and each rank's updated part to the N-1 others: (N-1)/N of the parameters
-            self.bytes_per_step += int((n - 1) / n * sum(
+            self.bytes_per_step = (self.bytes_per_step or 0) + int((n - 1) / n * sum(
                 p.numel() * p.element_size() for p in model.parameters()))
         return wrapped
 
