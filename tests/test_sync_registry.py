@@ -1,6 +1,8 @@
 """A strategy is one file and one registry line: its declared options reach validation, the
 command line and bench without a table elsewhere. No processes: validation and parsing only."""
 import argparse
+import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -186,3 +188,25 @@ print(len(sync.names()), len(options))
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == f"{len(sync.names())} {len(sync.options())}"
+
+
+def test_a_registered_strategy_is_handed_to_the_processes_a_launch_starts(gossip):
+    from parascale.runtime import contract
+
+    assert json.loads(os.environ[contract.STRATEGIES]) == [f"{__name__}:Gossip"]
+    sync.unregister(Gossip.name)
+    assert contract.STRATEGIES not in os.environ
+    sync.register(Gossip)  # for the fixture to take away
+
+
+def test_a_strategy_of_ones_own_by_its_module_and_class():
+    cfg = TrainConfig(sync="toy_strategy:Toy", sync_options={"pieces": 2})
+    try:
+        validate(cfg)
+        assert (cfg.sync, cfg.sync_options) == ("toy", {"pieces": 2})  # the record's name
+    finally:
+        sync.unregister("toy")
+    with pytest.raises(UsageError, match="^--sync no_such_module:Toy: cannot load it"):
+        sync.check("no_such_module:Toy")
+    with pytest.raises(UsageError, match="is not a parascale.sync.Strategy subclass"):
+        sync.check("parascale.config:TrainConfig")

@@ -106,8 +106,9 @@ def _load(spec: str) -> type[Strategy]:
         found: Any = importlib.import_module(module)
         for part in qualname.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--sync {spec}: cannot load it ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a user's module: whatever it raises is one line
+        raise UsageError(f"--sync {spec}: cannot load it ({type(exc).__name__}: {exc})") \
+            from None
     if not (isinstance(found, type) and issubclass(found, Strategy)):
         raise UsageError(f"--sync {spec} is not a parascale.sync.Strategy subclass")
     return register(found)
@@ -122,6 +123,8 @@ def check(name: str | None) -> str:
     is loaded and registered); unknown names fail before any worker starts, with the valid
     names listed."""
     name = name or DEFAULT
+    if name not in _REGISTRY and ":" not in name:
+        _adopt_inherited()  # this process may have been forked before they could be loaded
     if name in _REGISTRY:
         return name
     if ":" in name:
@@ -190,11 +193,11 @@ def applies(name: str, settings: Mapping[str, Any]) -> bool:
 def validate(cfg: TrainConfig) -> None:
     """The strategy, the values of its options, and none of another strategy given with it; then
     the configuration is settled (:func:`settle`)."""
+    name = check(cfg.sync)  # first: package.module:Class brings its options
     declared = options()
     unknown = [k for k in cfg.sync_options if k not in declared]
     if unknown:
         raise UsageError(_unknown(unknown, declared))
-    name = check(cfg.sync)
     cls = _REGISTRY[name]
     own = {o.name: o for o in cls.Settings.declared()}
     for key, value in cfg.sync_options.items():
@@ -317,14 +320,24 @@ def build(cfg: TrainConfig, world: World) -> Strategy:
 
 #: strategies the process that started this one registered, which cannot be loaded here, and why
 _NOT_LOADED: list[str] = []
+
+
+def _adopt_inherited() -> None:
+    """Register the strategies the process that started this one registered (its
+    ``contract.STRATEGIES``); one that cannot be loaded is said when it is asked for, not by
+    every process that imports the registry."""
+    _NOT_LOADED.clear()
+    for spec in _inherited():
+        try:
+            _load(spec)
+        except UsageError as exc:
+            _NOT_LOADED.append(f"{spec}, registered by the process that started this one, "
+                               f"cannot be loaded here: {exc}")
+
+
 for _cls in _BUILT_IN:
     register(_cls)
-for _spec in _inherited():  # what the process that started this one registered
-    try:
-        _load(_spec)
-    except UsageError as _exc:  # said when the strategy is asked for, not by every process
-        _NOT_LOADED.append(f"{_spec}, registered by the process that started this one, cannot "
-                           f"be loaded here: {_exc}")
+_adopt_inherited()
 
 __all__ = ["BASELINE", "DEFAULT", "SHARDABLE", "Option", "Pattern", "Settings", "Strategy", "Traits",
            "applies", "build", "check", "get", "help_of", "names", "noise_refusal", "option",
