@@ -206,7 +206,8 @@ def test_a_strategy_of_ones_own_by_its_module_and_class():
         assert (cfg.sync, cfg.sync_options) == ("toy", {"pieces": 2})  # the record's name
     finally:
         sync.unregister("toy")
-    with pytest.raises(UsageError, match="^--sync no_such_module:Toy: cannot load it"):
+    with pytest.raises(UsageError, match="^--sync 'no_such_module:Toy': module 'no_such_module' "
+                                         "not found"):
         sync.check("no_such_module:Toy")
     with pytest.raises(UsageError, match="is not a parascale.sync.Strategy subclass"):
         sync.check("parascale.config:TrainConfig")

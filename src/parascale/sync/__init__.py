@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -100,15 +99,11 @@ def _inherited() -> list[str]:
 
 def _load(spec: str) -> type[Strategy]:
     """The strategy class ``package.module:Class`` names, registered; one line if it cannot be
-    found or is no strategy."""
-    module, _, qualname = spec.partition(":")
-    try:
-        found: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except Exception as exc:  # noqa: BLE001 - a user's module: whatever it raises is one line
-        raise UsageError(f"--sync {spec}: cannot load it ({type(exc).__name__}: {exc})") \
-            from None
+    found or is no strategy. Found as a ``--model`` or ``--task`` of one's own is (the working
+    folder, then ``sys.path``)."""
+    from parascale.models.user import resolve_user  # it imports torch: only for this
+
+    found = resolve_user(spec, kind="--sync")
     if not (isinstance(found, type) and issubclass(found, Strategy)):
         raise UsageError(f"--sync {spec} is not a parascale.sync.Strategy subclass")
     return register(found)
