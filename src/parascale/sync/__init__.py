@@ -247,11 +247,13 @@ def _unknown(keys: list[str], declared: Mapping[str, Any]) -> str:
 def settle(cfg: TrainConfig) -> None:
     """Name what ``cfg`` left to the registry, in place, so that the record states it: the
     strategy (:data:`DEFAULT` when none is given) and every option of it (its default when
-    not given); options of other strategies, which validation let pass at their defaults (or
-    the baseline ignores), are left out."""
+    not given); options of other strategies, which validation let pass at their defaults, are
+    left out. The baseline keeps the options it was given and ignores: its record says which
+    synchronised run it is the baseline of (the report pairs them by their settings)."""
     cls = get(cfg.sync)
     cfg.sync = cls.name
-    cfg.sync_options = cls.Settings.of(cfg.sync_options).values()
+    if cls.name != BASELINE:
+        cfg.sync_options = cls.Settings.of(cfg.sync_options).values()
 
 
 def settled(cfg: TrainConfig) -> TrainConfig:
