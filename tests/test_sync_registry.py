@@ -211,3 +211,28 @@ def test_a_strategy_of_ones_own_by_its_module_and_class():
         sync.check("no_such_module:Toy")
     with pytest.raises(UsageError, match="is not a parascale.sync.Strategy subclass"):
         sync.check("parascale.config:TrainConfig")
+
+
+@dataclass(frozen=True)
+class _Needing(sync.Settings):
+    spread: str = sync.option("ring", "ring | random", choices=("ring", "random"))
+    degree: int = sync.option(2, "Peers of a random spread.", only_with=("spread", "random"))
+
+
+def test_a_settled_configuration_validates_again_as_it_is():
+    """Validation names every option of the strategy (an only_with one at its default too);
+    the configuration it leaves passes again unchanged (train validates, then preflight)."""
+    sync.register(type("Needing", (Strategy,), {"name": "needing", "Settings": _Needing}))
+    try:
+        for name in sync.names():
+            cfg = TrainConfig(sync=name)
+            validate(cfg)
+            once = cfg.to_dict()
+            validate(cfg)
+            assert cfg.to_dict() == once, name
+        assert TrainConfig(sync="needing").sync_options == {}
+        settled = TrainConfig(sync="needing")
+        validate(settled)
+        assert settled.sync_options == {"spread": "ring", "degree": 2}
+    finally:
+        sync.unregister("needing")

@@ -210,18 +210,20 @@ def validate(cfg: TrainConfig) -> None:
 
 def _check_placed(key: str, value: Any, name: str, own: dict[str, Option],
                   declared: dict[str, tuple[Option, list[str]]], settings: Settings) -> None:
-    """An option given with a strategy that does not take it, or without the value of another
-    option it needs, is one line. An option with a flag of its own at its default passes: such
-    options were once settings of every run, and every configuration written then holds them."""
-    opt, owners = own.get(key), declared[key][1]
-    at_default = declared[key][0].flag and value == declared[key][0].default
-    if opt is None and not at_default:
-        others = [o for o in owners[1:]]
-        raise UsageError(f"{declared[key][0].given(value)} belongs to --sync {owners[0]}, not "
+    """An option given with a strategy that does not take it, or set without the value of
+    another option it needs, is one line. Another strategy's option with a flag of its own
+    passes at its default: such options were once settings of every run, and every
+    configuration written then holds them; one given through --sync-option was meant."""
+    opt, (first, owners) = own.get(key), declared[key]
+    if opt is None:
+        if first.flag and value == first.default:
+            return
+        others = owners[1:]
+        raise UsageError(f"{first.given(value)} belongs to --sync {owners[0]}, not "
                          f"--sync {name}" + (f" ({', '.join(others)} "
                                              f"{'takes' if len(others) == 1 else 'take'} it too)"
                                              if others else ""))
-    if opt is not None and opt.only_with is not None and not at_default \
+    if opt.only_with is not None and value != opt.default \
             and not opt.holds(lambda o: getattr(settings, o)):
         other, wanted = opt.only_with
         needed = own[other]
