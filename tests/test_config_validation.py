@@ -39,7 +39,7 @@ def test_non_finite_float_option_is_one_line(capsys, tmp_path, option, value):
 
 def test_every_float_field_is_checked_for_being_finite():
     floats = [name for name, (kind, _) in field_kinds().items() if kind is float]
-    assert {"lr", "momentum", "timeout", "bucket_mb", "warmup_epochs"} <= set(floats)
+    assert {"lr", "momentum", "timeout", "warmup_epochs"} <= set(floats)
     for name in floats:
         for bad in (math.nan, math.inf, -math.inf):
             with pytest.raises(UsageError) as exc:

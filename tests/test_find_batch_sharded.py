@@ -61,7 +61,7 @@ BASE = ["find-batch", "--model", "mlp", "--dataset", "digits"]
     (["--sync", "zero", "--gpus", "0,1", "--workers", "2"], "leave out --workers"),
     (["--sync", "fsdp", "--sync-option", "stage=4"], "stage=4: FSDP shards at stage 2 or 3"),
     (["--sync", "zero", "--sync-option", "stage=2"], "belongs to --sync fsdp"),
-    (["--sync", "parameter-server"], "--sync"),
+    (["--sync", "nope"], "unknown --sync 'nope'"),
     (["--sync", "fsdp", "--sync-option", "stage"], "KEY=VALUE"),
 ])
 def test_bad_sharded_input_is_one_line(capsys, args, words):

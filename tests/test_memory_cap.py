@@ -61,7 +61,7 @@ def test_sizes_are_binary_and_in_ascii_digits():
     (["--device-memory", "1000TiB"], "is more than the"),
     (["--device-memory", "1GiB", "--gpus", "0"], "on a GPU the device's memory is the limit"),
     (["--device-memory", "1GiB", "--sync", "parameter-server"],
-     "its servers are rank 0's children"),
+     "helper process(es) are rank 0's children"),
 ])
 def test_a_cap_that_cannot_hold_is_refused_in_one_line_before_anything_runs(
         tmp_path, capsys, args, words):

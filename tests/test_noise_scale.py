@@ -11,6 +11,7 @@ import torch
 
 from parascale import precision
 from parascale.config import TrainConfig
+from parascale.sync import Traits
 from parascale.training.noise import NoiseScale, _round, advice, estimate
 
 D, SIGMA, R_NORM = 20, 1.0, 0.5
@@ -103,6 +104,8 @@ class _Plan:
 
 
 class _Strategy:
+    traits = Traits()  # a strategy that declares nothing
+
     def __init__(self, refusal=None):
         self.refusal, self.watcher = refusal, None
 
@@ -155,7 +158,7 @@ def test_the_strategies_say_which_can_measure_it():
     from parascale.runtime.world import World
 
     def refusal(**options):
-        cfg = TrainConfig(**options)
+        cfg = TrainConfig.from_dict(options)
         return sync.build(cfg, World(0, 2, 0, torch.device("cpu"), "gloo", "local")
                           ).noise_refusal()
 

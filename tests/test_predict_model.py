@@ -77,14 +77,15 @@ def test_parameter_server_by_hand():
 
 
 def test_local_sgd_is_amortised_over_its_period():
-    every4 = costs.strategy("local-sgd", period=4)
+    every4 = costs.strategy("local-sgd", {"period": 4})
     assert costs.per_step(every4, 8, S, LINK) == pytest.approx(costs.ring(8, S, LINK) / 4)
     assert not every4.overlaps and costs.strategy("allreduce").overlaps
 
 
-@pytest.mark.parametrize("name", costs.SYNCS)
+@pytest.mark.parametrize("name", costs.names())
 def test_one_device_exchanges_nothing(name):
-    model = Model(Work(1e-3, 0.0, 2e-3), S, costs.strategy(name, servers=2, period=2), LINK, 0.5)
+    strategy = costs.strategy(name, {"ps_servers": 2, "period": 2})
+    model = Model(Work(1e-3, 0.0, 2e-3), S, strategy, LINK, 0.5)
     point = model.point("weak", 1, 32, 32)
     assert point.comm_s == 0 and point.exposed_s == 0
     assert point.speedup == pytest.approx(1.0) and point.efficiency == pytest.approx(1.0)
@@ -129,7 +130,7 @@ def test_waiting_for_the_slowest_device_grows_with_n_and_shrinks_with_the_period
     point = sync.point("weak", 8, 32, 32)
     assert point.wait_s == pytest.approx(1e-3 * expected_max(8))
     assert point.step_s == pytest.approx(3.2e-3 + point.wait_s + point.exposed_s)
-    every4 = Model(work, 1.0, costs.strategy("local-sgd", period=4), LINK, 0.0, spread_s=1e-3)
+    every4 = Model(work, 1.0, costs.strategy("local-sgd", {"period": 4}), LINK, 0.0, spread_s=1e-3)
     assert every4.wait(8) == pytest.approx(sync.wait(8) / 2)  # σ·√H over H steps
 
 

@@ -21,7 +21,7 @@ LINK = preset("ib100")
 @pytest.mark.parametrize("n", [2, 8])
 def test_each_stage_moves_its_ring_passes(n):
     ring = costs.exchange_time(costs.strategy("allreduce"), n, 1e8, LINK)
-    fsdp2, fsdp3, zero = (costs.strategy("fsdp", stage=2), costs.strategy("fsdp", stage=3),
+    fsdp2, fsdp3, zero = (costs.strategy("fsdp", {"stage": 2}), costs.strategy("fsdp", {"stage": 3}),
                           costs.strategy("zero"))
     # stage 2: an all-gather and a reduce-scatter, allreduce's bytes; stage 3 gathers again
     assert costs.exchange_time(fsdp2, n, 1e8, LINK) == pytest.approx(ring)

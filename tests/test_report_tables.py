@@ -294,6 +294,27 @@ def test_a_differing_setting_labels_its_series_and_baselines_follow_it(tmp_path)
     assert rows[("lr=0.05", 2)].sync_cost == pytest.approx(1 - 1800 / 1900)
 
 
+def test_a_strategys_options_split_its_series_but_a_baseline_without_them_still_matches(
+        tmp_path):
+    """Records state the options of their own strategy only (issue 31): the baseline's lack of
+    allreduce's is no difference, a differing period of local SGD is."""
+    records = []
+    for sync, options, x in (("allreduce", {"bucket_mb": 25.0, "compression": "none"}, 1800.0),
+                             ("none", {}, 1900.0), ("local-sgd", {"period": 4}, 1700.0),
+                             ("none", {"period": 4}, 1950.0), ("local-sgd", {"period": 8}, 1750.0)):
+        for n in (1, 2):  # (a baseline keeps the options it ignores: bench gives it the run's)
+            rec = record(n, x if n == 2 else 1000.0, baseline=sync == "none", sync=sync)
+            rec["config"].update(options)
+            rec["study"]["config_id"] += f"-{sync}-{options.get('period')}"
+            records.append(rec)
+    rows = {(r.key.sync, r.key.variant, r.workers): r for r in rows_for(tmp_path, records)}
+    assert {(sync, variant) for sync, variant, _ in rows} == \
+        {("allreduce", ""), ("local-sgd", "period=4"), ("local-sgd", "period=8")}
+    assert rows[("allreduce", "", 2)].sync_cost == pytest.approx(1 - 1800 / 1900)
+    assert rows[("local-sgd", "period=4", 2)].sync_cost == pytest.approx(1 - 1700 / 1950)
+    assert rows[("local-sgd", "period=8", 2)].baseline_throughput is None
+
+
 def test_one_series_has_no_variant_label(tmp_path):
     rows = rows_for(tmp_path, [record(1, 1000.0), record(2, 1900.0)])
     assert {r.key.variant for r in rows} == {""}

@@ -47,13 +47,28 @@ def test_one_worker_runs_unsharded_and_says_so(train_run, capfd):
     (dict(precision="bf16"), "FSDP's mixed precision needs a GPU"),
     (dict(precision="fp16"), "use --precision bf16"),
     (dict(sync_options={"stage": 4}), "stage=4: FSDP shards at stage 2 or 3"),
-    (dict(sync_options={"stage": 1}), "--stage must be at least 2"),
+    (dict(sync_options={"stage": 1}), "--sync-option stage must be at least 2"),
+    # there is no --stage flag: the message names the option as it is given (issue 32, item 14)
+    (dict(sync_options={"stage": "foo"}), "^--sync-option stage must be an integer, got 'foo'$"),
 ])
 def test_refused_in_one_line(options, message):
     from parascale import sync
 
     with pytest.raises(UsageError, match=message):
         sync.validate(TrainConfig(sync="fsdp", **options))
+
+
+@pytest.mark.parametrize("sync_name", ["allreduce", "zero", "local-sgd"])
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_stage_is_refused_for_a_strategy_without_stages(sync_name, stage):
+    """Issue 32, item 14: stage=3, fsdp's default, was accepted (and recorded) for any strategy."""
+    from parascale import sync
+
+    cfg = TrainConfig(sync=sync_name, sync_options={"stage": stage})
+    with pytest.raises(UsageError) as caught:
+        sync.validate(cfg)
+    assert str(caught.value) == \
+        f"--sync-option stage={stage} belongs to --sync fsdp, not --sync {sync_name}"
 
 
 def test_units_are_a_module_lists_items_else_the_children_with_parameters():

@@ -49,14 +49,14 @@ def test_the_strategys_helper_processes_count_against_the_cores(flock):
 
 
 def test_the_built_in_strategies_answer_as_before():
-    sma = TrainConfig(sync="sma", learners=3)
+    sma = TrainConfig.from_dict(dict(sync="sma", learners=3))
     assert sync.strategy_of(sma).replicas_per_device(sma) == 3
-    auto = TrainConfig(sync="sma", learners="auto")
+    auto = TrainConfig.from_dict(dict(sync="sma", learners="auto"))
     assert sync.strategy_of(auto).resolves_before_training(auto)
     assert sync.strategy_of(auto).replicas_per_device(auto) == 1  # until it is decided
-    ps = TrainConfig(sync="parameter-server", ps_servers=2)
+    ps = TrainConfig.from_dict(dict(sync="parameter-server", ps_servers=2))
     assert sync.strategy_of(ps).helper_processes(ps) == 2
-    for cfg in (TrainConfig(), TrainConfig(sync="none", learners=4), TrainConfig(sync="nope")):
+    for cfg in (TrainConfig(), TrainConfig.from_dict(dict(sync="none", learners=4)), TrainConfig(sync="nope")):
         kind = sync.strategy_of(cfg)
         assert (kind.helper_processes(cfg), kind.replicas_per_device(cfg),
                 kind.resolves_before_training(cfg)) == (0, 1, False)

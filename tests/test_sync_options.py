@@ -28,20 +28,22 @@ def test_every_strategy_is_registered():
      "--ps-mode must be one of sync, async, got 'hogwild'"),
     (dict(compression="zip"), "--compression must be one of none, fp16, bf16, powersgd"),
     (dict(sync="parameter-server", precision="fp16"), "--precision fp16 does not work"),
-    (dict(sync_options={"period": 4}), "--sync-option period: the built-in strategies"),
+    (dict(sync_options={"period": 4}), "--period 4 belongs to --sync local-sgd"),
+    (dict(periods=4), "unknown training option(s) periods; did you mean period?"),
 ])
 def test_bad_strategy_options_are_usage_errors(options, message):
     with pytest.raises(UsageError) as caught:
-        validate(TrainConfig(**options))
+        validate(TrainConfig.from_dict(options))
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_options_of_the_chosen_strategy_and_of_none_are_accepted():
-    validate(TrainConfig(sync="local-sgd", period=8))
-    validate(TrainConfig(sync="parameter-server", ps_mode="async", ps_servers=3))
-    validate(TrainConfig(compression="powersgd", powersgd_rank=4))
+    validate(TrainConfig.from_dict(dict(sync="local-sgd", period=8)))
+    validate(TrainConfig.from_dict(dict(sync="parameter-server", ps_mode="async",
+                                        ps_servers=3)))
+    validate(TrainConfig.from_dict(dict(compression="powersgd", powersgd_rank=4)))
     # --sync none ignores strategy options, so any run's baseline differs in --sync alone
-    validate(TrainConfig(sync="none", period=8, ps_servers=2))
+    validate(TrainConfig.from_dict(dict(sync="none", period=8, ps_servers=2)))
 
 
 def test_unknown_strategy_lists_the_valid_ones():

@@ -1,6 +1,11 @@
 """A strategy is one file and one registry line: its declared options reach validation, the
 command line and bench without a table elsewhere. No processes: validation and parsing only."""
 import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -12,14 +17,17 @@ from parascale.sync.base import Strategy
 from parascale.validation import validate
 
 
+@dataclass(frozen=True)
+class GossipSettings(sync.Settings):
+    fanout: int = sync.option(2, "Peers each worker talks to per step.", minimum=1)
+    topology: str = sync.option("ring", "ring | random", choices=("ring", "random"))
+
+
 class Gossip(Strategy):
     """A throwaway strategy, written as a new file would be."""
 
     name = "gossip"
-    declares = (sync.Option("fanout", "Peers each worker talks to per step.", minimum=1,
-                            kind=int, default=2),
-                sync.Option("topology", "ring | random", choices=("ring", "random"), kind=str,
-                            default="ring"))
+    Settings = GossipSettings
 
 
 @pytest.fixture
@@ -39,14 +47,14 @@ def parse(argv: list[str]) -> TrainConfig:
 
 def refusal(**options) -> str:
     with pytest.raises(UsageError) as caught:
-        validate(TrainConfig(**options))
+        validate(TrainConfig.from_dict(options))
     assert "\n" not in str(caught.value)
     return str(caught.value)
 
 
 def test_a_registered_strategy_takes_its_option_from_the_command_line(gossip):
     cfg = parse(["--sync", "gossip", "--sync-option", "fanout=4"])
-    assert cfg.sync_options == {"fanout": 4}
+    assert cfg.sync_options == {"fanout": 4, "topology": "ring"}  # settled: every option named
     assert sync.options()["fanout"][1] == ["gossip"]
     assert Gossip(cfg, world=None).options() == {"fanout": 4, "topology": "ring"}  # the record
 
@@ -59,28 +67,38 @@ def test_its_help_is_in_the_parser(gossip):
 
 
 def test_its_declaration_validates_the_value(gossip):
+    # named as the user gives them: there is no --fanout flag (issue 32, item 14)
     assert refusal(sync="gossip", sync_options={"fanout": 0}) == \
-        "--fanout must be a positive int, got 0"
+        "--sync-option fanout must be a positive int, got 0"
     assert refusal(sync="gossip", sync_options={"topology": "star"}) == \
-        "--topology must be one of ring, random, got 'star'"
+        "--sync-option topology must be one of ring, random, got 'star'"
     assert refusal(sync="gossip", sync_options={"fanout": "many"}) == \
-        "--fanout must be an integer, got 'many'"
+        "--sync-option fanout must be an integer, got 'many'"
 
 
 def test_its_option_with_another_strategy_is_refused(gossip):
     assert refusal(sync="allreduce", sync_options={"fanout": 3}) == \
-        "--fanout 3 belongs to --sync gossip, not --sync allreduce"
+        "--sync-option fanout=3 belongs to --sync gossip, not --sync allreduce"
+    # at its default too: given through --sync-option, it was meant (issue 32, item 14)
+    assert refusal(sync="allreduce", sync_options={"fanout": 2}) == \
+        "--sync-option fanout=2 belongs to --sync gossip, not --sync allreduce"
     # --sync none ignores every strategy's options, as it ignores the built-in ones
     validate(TrainConfig(sync="none", sync_options={"fanout": 3}))
 
 
 def test_an_option_nobody_declares_is_refused():
     assert refusal(sync_options={"fanout": 3}).startswith(
-        "--sync-option fanout: no strategy declares it")
+        "unknown training option(s) fanout (the strategies' options: ")
+    assert refusal(fanout=3).startswith("unknown training option(s) fanout")
+    assert refusal(lrr=0.1) == "unknown training option(s) lrr; did you mean lr?"
 
 
-def test_a_built_in_option_through_sync_option_names_its_flag():
-    assert refusal(sync_options={"ps_mode": "async"}).endswith("give it as --ps-mode")
+def test_a_built_in_option_through_sync_option_is_the_same_option():
+    assert refusal(sync_options={"ps_mode": "async"}) == \
+        "--ps-mode async belongs to --sync parameter-server, not --sync allreduce"
+    cfg = TrainConfig(sync="parameter-server", sync_options={"ps_mode": "async"})
+    validate(cfg)
+    assert cfg.sync_options["ps_mode"] == "async"
 
 
 def test_a_misplaced_built_in_option_is_one_line_naming_every_owner():
@@ -91,18 +109,35 @@ def test_a_misplaced_built_in_option_is_one_line_naming_every_owner():
 
 @pytest.mark.parametrize("strategy", ["reduce-broadcast", "parameter-server"])
 def test_compression_by_hand_takes_fp16_but_not_powersgd(strategy):
-    validate(TrainConfig(sync=strategy, compression="fp16"))
+    validate(TrainConfig(sync=strategy, sync_options={"compression": "fp16"}))
     assert refusal(sync=strategy, compression="powersgd").startswith(
         "--compression powersgd works with --sync allreduce only")
 
 
-def test_registering_a_name_twice_or_a_field_without_its_type_is_a_programming_error():
+@dataclass(frozen=True)
+class _Plain(sync.Settings):
+    fanout: int = 2  # no declaration: no help, no flag
+
+
+@dataclass(frozen=True)
+class _Setting(sync.Settings):
+    lr: float = sync.option(0.1, "a name the configuration has")
+
+
+@dataclass(frozen=True)
+class _Other(sync.Settings):
+    period: str = sync.option("often", "another option of the same name")
+
+
+@pytest.mark.parametrize("settings, words", [
+    (_Plain, "declare a strategy's option with"), (_Setting, "is a TrainConfig field"),
+    (_Other, "one name is one option")])
+def test_registering_a_strategy_whose_options_clash_is_a_programming_error(settings, words):
     with pytest.raises(ValueError, match="registered already"):
         sync.register(type("Again", (Strategy,), {"name": "allreduce"}))
-    with pytest.raises(TypeError, match="declares both"):
-        sync.register(type("Untyped", (Strategy,), {
-            "name": "untyped", "declares": (sync.Option("fanout", "no type"),)}))
-    assert "untyped" not in sync.names()
+    with pytest.raises(TypeError, match=words):
+        sync.register(type("Clash", (Strategy,), {"name": "clash", "Settings": settings}))
+    assert "clash" not in sync.names()
 
 
 def test_bench_leaves_an_option_out_of_the_configurations_it_does_not_apply_to():
@@ -127,3 +162,77 @@ def test_bench_takes_its_option_as_a_study_variable(gossip):
     by_sync = {job.train["sync"]: job for job in jobs}
     assert by_sync["gossip"].train["sync_options"] == {"fanout": 3}
     assert not by_sync["allreduce"].train.get("sync_options")
+
+
+@pytest.mark.slow
+def test_the_registry_is_read_without_torch():
+    """names, traits, options, help and patterns, and train's --help built from them, in a fresh
+    interpreter: torch stays out of it (parascale/lazy.py)."""
+    script = """
+import sys
+from parascale import sync
+from parascale.cli.main import main
+for name in sync.names():
+    kind = sync.get(name)
+    kind.traits, kind.pattern(kind.Settings()), kind.Settings.declared(), kind.stages()
+options = sync.options()
+[sync.help_of(name) for name in options]
+try:
+    main(["train", "--help"])
+except SystemExit:
+    pass
+assert "torch" not in sys.modules, "torch was imported"
+print(len(sync.names()), len(options))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"{len(sync.names())} {len(sync.options())}"
+
+
+def test_a_registered_strategy_is_handed_to_the_processes_a_launch_starts(gossip):
+    from parascale.runtime import contract
+
+    assert json.loads(os.environ[contract.STRATEGIES]) == [f"{__name__}:Gossip"]
+    sync.unregister(Gossip.name)
+    assert contract.STRATEGIES not in os.environ
+    sync.register(Gossip)  # for the fixture to take away
+
+
+def test_a_strategy_of_ones_own_by_its_module_and_class():
+    cfg = TrainConfig(sync="toy_strategy:Toy", sync_options={"pieces": 2})
+    try:
+        validate(cfg)
+        assert (cfg.sync, cfg.sync_options) == ("toy", {"pieces": 2})  # the record's name
+    finally:
+        sync.unregister("toy")
+    with pytest.raises(UsageError, match="^--sync 'no_such_module:Toy': module 'no_such_module' "
+                                         "not found"):
+        sync.check("no_such_module:Toy")
+    with pytest.raises(UsageError, match="is not a parascale.sync.Strategy subclass"):
+        sync.check("parascale.config:TrainConfig")
+
+
+@dataclass(frozen=True)
+class _Needing(sync.Settings):
+    spread: str = sync.option("ring", "ring | random", choices=("ring", "random"))
+    degree: int = sync.option(2, "Peers of a random spread.", only_with=("spread", "random"))
+
+
+def test_a_settled_configuration_validates_again_as_it_is():
+    """Validation names every option of the strategy (an only_with one at its default too);
+    the configuration it leaves passes again unchanged (train validates, then preflight)."""
+    sync.register(type("Needing", (Strategy,), {"name": "needing", "Settings": _Needing}))
+    try:
+        for name in sync.names():
+            cfg = TrainConfig(sync=name)
+            validate(cfg)
+            once = cfg.to_dict()
+            validate(cfg)
+            assert cfg.to_dict() == once, name
+        assert TrainConfig(sync="needing").sync_options == {}
+        settled = TrainConfig(sync="needing")
+        validate(settled)
+        assert settled.sync_options == {"spread": "ring", "degree": 2}
+    finally:
+        sync.unregister("needing")

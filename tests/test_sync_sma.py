@@ -21,7 +21,7 @@ ONE = World(rank=0, size=1, local_rank=0, device=CPU, backend="gloo", launcher="
 
 
 def strategy(model: nn.Module, lr: float, momentum: float = 0.0, **options):
-    cfg = TrainConfig(sync="sma", **options)
+    cfg = TrainConfig.from_dict(dict(sync="sma", **options))
     sma = SMA(cfg, ONE)
     net = sma.wrap(model)
     return sma, net, torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
@@ -173,19 +173,19 @@ def test_the_tuner_records_gains_against_the_count_before():
 def test_bad_sma_settings_are_one_line(options, words):
     with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")
                        .replace("[", r"\[").replace("]", r"\]")):
-        validate(TrainConfig(sync="sma", **options))
+        validate(TrainConfig.from_dict(dict(sync="sma", **options)))
 
 
 def test_sma_options_belong_to_sma():
     with pytest.raises(UsageError, match="--learners 2 belongs to --sync sma"):
-        validate(TrainConfig(sync="allreduce", learners=2))
+        validate(TrainConfig.from_dict(dict(sync="allreduce", learners=2)))
 
 
 def test_a_device_trains_one_batch_per_learner():
     from parascale import sync
     from parascale.batch import derive
 
-    cfg = TrainConfig(sync="sma", learners=3, batch_size=16)
+    cfg = TrainConfig.from_dict(dict(sync="sma", learners=3, batch_size=16))
     derived = derive(cfg, 2, sync.strategy_of(cfg).replicas_per_device(cfg))
     assert (derived.per_device_batch, derived.global_batch) == (48, 96)
 
@@ -200,7 +200,8 @@ WORKERS, PER_LEARNER = 2, 8
 def reference(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     """Four plain replicas (2 devices x 2 learners), each with its own SGD, and the equations."""
     bundle = data.build(cfg)
-    learners = cfg.learners
+    learners, alpha, momentum = (cfg.sync_options[k] for k in ("learners", "sma_alpha",
+                                                               "sma_momentum"))
     replicas = []
     for _ in range(WORKERS * learners):
         torch.manual_seed(cfg.seed)
@@ -232,10 +233,10 @@ def reference(cfg: TrainConfig) -> dict[str, torch.Tensor]:
             optimizer.step()
         delta = torch.zeros_like(z)
         for model, w_old in zip(replicas, old):
-            c = cfg.sma_alpha * (w_old - z)
+            c = alpha * (w_old - z)
             torch.nn.utils.vector_to_parameters(flat(model) - c, model.parameters())
             delta += c
-        delta += cfg.sma_momentum * previous
+        delta += momentum * previous
         previous = delta
         z = z + delta
     torch.nn.utils.vector_to_parameters(z, central.parameters())
@@ -246,7 +247,7 @@ def reference(cfg: TrainConfig) -> dict[str, torch.Tensor]:
 def test_two_processes_of_two_learners_hold_the_central_model_of_the_equations(train_run):
     record, state = train_run(workers=WORKERS, batch_size=PER_LEARNER, **OPTIONS)
     assert record["status"] == "ok", record.get("reason")
-    assert_same(state, reference(TrainConfig(**OPTIONS)))
+    assert_same(state, reference(TrainConfig.from_dict(OPTIONS)))
     found = record["sync"]
     assert found["learners"] == 2 and found["syncs"] == 4
     assert found["central_spread"] == 0  # every process held the same z at every sync

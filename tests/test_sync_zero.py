@@ -19,6 +19,17 @@ def test_two_workers_with_half_the_batch_end_with_one_workers_parameters(train_r
 
 
 @pytest.mark.slow
+def test_adamw_on_two_workers_ends_with_one_workers_parameters(train_run):
+    """Issue 32, item 1: ZeRO rebuilt the optimizer from its ``defaults``, which hold AdamW's
+    ``decoupled_weight_decay``, a keyword its constructor does not take: every rank failed."""
+    options = {**STEPS, "optimizer": "adamw", "lr": 0.01, "weight_decay": 0.01}
+    _, single = train_run(workers=1, global_batch=32, **options)
+    record, state = train_run(workers=2, global_batch=32, sync="zero", **options)
+    assert record["status"] == "ok" and record["derived"]["sync_options"]["sharded"] is True
+    assert_same(state, single)
+
+
+@pytest.mark.slow
 def test_one_worker_runs_unsharded_and_says_so(train_run, capfd):
     record, _ = train_run(workers=1, global_batch=32, sync="zero", **STEPS)
     assert record["derived"]["sync_options"]["sharded"] is False
@@ -48,4 +59,4 @@ def test_allreduce_options_belong_to_allreduce():
     from parascale import sync
 
     with pytest.raises(UsageError, match="belongs to --sync allreduce"):
-        sync.validate(TrainConfig(sync="zero", compression="fp16"))
+        sync.validate(TrainConfig.from_dict(dict(sync="zero", compression="fp16")))

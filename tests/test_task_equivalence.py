@@ -47,6 +47,21 @@ def test_adamw_and_clipping_too(task_run, tmp_path):
     assert_same(two, one)
 
 
+def test_a_tasks_own_adamw_under_zero(task_run, tmp_path, monkeypatch):
+    """Issue 32, item 1: a task's own AdamW failed under --sync zero on every rank, as
+    --optimizer adamw did; it now ends where one worker with the whole batch does."""
+    (tmp_path / "own_adamw.py").write_text(
+        "import dataclasses\nimport torch\nimport regression\n\n\ndef task():\n"
+        "    return dataclasses.replace(regression.task(), optimizer=lambda params, lr: "
+        "torch.optim.AdamW(params, lr=lr, weight_decay=0.01))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the workers start with this sys.path
+    own = dict(task="own_adamw:task", lr=0.01)
+    _, one = task_run(workers=1, global_batch=32, **own)
+    record, two = task_run(workers=2, global_batch=32, sync="zero", **own)
+    assert record["status"] == "ok" and record["derived"]["sync_options"]["sharded"] is True
+    assert_same(two, one)
+
+
 def test_without_exchange_the_replicas_differ(task_run, single):
     _, state = task_run(workers=2, global_batch=32, sync="none")
     assert max(float((state[k] - single[1][k]).abs().max()) for k in state) > 1e-3

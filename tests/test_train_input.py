@@ -90,4 +90,4 @@ def test_oversubscription_is_refused_with_the_numbers_unless_insisted():
     preflight(TrainConfig(workers=many, batch_size=1, oversubscribe=True), many)
     # what the suite runs: 4 workers and 2 parameter servers on 2 cores
     preflight(TrainConfig(workers=2 * cores, global_batch=32, sync="parameter-server",
-                          ps_servers=2), 2 * cores)
+                          sync_options={"ps_servers": 2}), 2 * cores)

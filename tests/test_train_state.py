@@ -27,14 +27,14 @@ TWO = World(rank=0, size=2, local_rank=0, device=CPU, backend="gloo", launcher="
 def test_progress_goes_on_from_what_its_state_dict_kept():
     before = Progress(step=40, position={"step": 40, "epoch": 3, "done": 0},
                       epochs=[entry(1, 0.5), entry(2, 0.25)],
-                      tta={"reached": False}, warm={1}, learners=2,
+                      tta={"reached": False}, warm={1}, decided={"learners": 2},
                       resumed=[{"by": "resume", "step": 20}])
     saved = before.state_dict()
-    assert set(saved) == {"epochs", "tta", "elapsed_s", "warm", "resumed", "learners"}
+    assert set(saved) == {"epochs", "tta", "elapsed_s", "warm", "resumed", "decided"}
     after = Progress()
     after.load_state_dict(saved)
-    assert (after.epochs, after.tta, after.warm, after.resumed, after.learners) == \
-        (before.epochs, before.tta, before.warm, before.resumed, before.learners)
+    assert (after.epochs, after.tta, after.warm, after.resumed, after.decided) == \
+        (before.epochs, before.tta, before.warm, before.resumed, before.decided)
     assert after.elapsed_before == saved["elapsed_s"]
     after.epochs[0].train_loss = 9.0  # a copy: the saved state does not change with the run
     assert saved["epochs"][0]["train_loss"] == 0.5
@@ -82,16 +82,19 @@ def test_a_strategy_decides_nothing_before_training_unless_it_says_so():
 
 
 def test_sma_keeps_a_resumed_runs_tuned_count_without_tuning_again():
-    cfg = TrainConfig(sync="sma", learners="auto")
+    cfg = TrainConfig(sync="sma", sync_options={"learners": "auto"})
     assert SMA.resolves_before_training(cfg)
-    assert not SMA.resolves_before_training(dataclasses.replace(cfg, learners=3))
+    assert not SMA.resolves_before_training(dataclasses.replace(cfg,
+                                                                sync_options={"learners": 3}))
 
     def never():
         raise AssertionError("a resumed run must not tune again")
 
-    resolved = SMA.resolve(cfg, TWO, None, never, {"learners": 3})
-    assert resolved.cfg.learners == 3 and resolved.seconds == 0.0
-    fixed = dataclasses.replace(cfg, learners=2)
+    for progress in ({"decided": {"learners": 3}}, {"learners": 3}):  # and from before decided
+        resolved = SMA.resolve(cfg, TWO, None, never, progress)
+        assert resolved.cfg.sync_options["learners"] == 3 and resolved.seconds == 0.0
+        assert resolved.decided == {"learners": 3}  # which the resumed run keeps
+    fixed = dataclasses.replace(cfg, sync_options={"learners": 2})
     assert SMA.resolve(fixed, TWO, None, never, None).cfg is fixed
     sma = SMA(resolved.cfg, TWO)
     sma.adopt(Resolved(resolved.cfg, 1.5, [{"learners": 1, "gain": None}]))

@@ -162,27 +162,14 @@ class TrainConfig:
     utilisation; default: a known GPU's datasheet figure, or a CPU's measured by a matrix
     multiply on the worker's threads."""
 
-    sync: str = "allreduce"
-    """Synchronisation strategy: allreduce (DDP), reduce-broadcast, parameter-server, local-sgd,
-    sma (Crossbow's learners and model averaging), or none (no exchange: the contention
-    baseline). See docs/strategies.md."""
-    bucket_mb: float = 25.0
-    """DDP bucket size in MiB for the allreduce strategy."""
-    # The options of the built-in strategies: fields, because records and studies name them.
-    # Their help, choices, owners and checks are declared by the strategies (sync/*.py,
-    # ``Strategy.declares``), which is where the command line and validation read them.
-    compression: str = "none"
-    powersgd_rank: int = 1
-    ps_mode: str = "sync"
-    ps_servers: int = 1
-    period: int = 1
-    learners: int | str = 1
-    sma_alpha: float = 0.1
-    sma_momentum: float = 0.9
-    tune_threshold: float = 0.1
+    sync: str | None = None
+    """Synchronisation strategy (see docs/strategies.md, and --sync-option for the options
+    every strategy declares); `package.module:Class` is your own parascale.sync.Strategy.
+    Default: the registry's (parascale.sync.DEFAULT), named in the record once validated."""
     sync_options: dict[str, Any] = field(default_factory=dict)
-    """Options of strategies that declare options of their own (not a field above), as
-    --sync-option NAME=VALUE, checked against the chosen strategy's declaration."""
+    """The chosen strategy's options, NAME=VALUE (each declared by a strategy, checked against
+    its declaration; the built-in strategies' older options also have flags of their own).
+    In a dict or a record each is a key of its own beside the settings above."""
 
     target_accuracy: float | None = None
     """Record time-to-accuracy: wall time and epochs until test accuracy (validation accuracy
@@ -236,29 +223,41 @@ class TrainConfig:
     the one before, with a message); without any, start from the beginning."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        for key in TUPLE_FIELDS:
-            if data[key] is not None:
-                data[key] = list(data[key])
+        """The settings as a flat dict, each strategy option a key of its own where
+        ``sync_options`` stands (as records and study files name them)."""
+        data: dict[str, Any] = {}
+        for name, value in dataclasses.asdict(self).items():
+            if name == "sync_options":
+                data.update(value)
+            elif name in TUPLE_FIELDS and value is not None:
+                data[name] = list(value)
+            else:
+                data[name] = value
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """The configuration of a dict of settings (``parascale.train({...})``, a study's run, a
+        record's ``config``). A key that is no field is a strategy's option, as is each entry
+        of a ``sync_options`` mapping; the strategies' registry checks them
+        (:func:`parascale.validation.validate`), since this module sits below it."""
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise UsageError(
-                f"unknown training option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        data = dict(data)
-        for name, value in data.items():
+        given = {name: value for name, value in data.items() if name in known}
+        extra = {name: value for name, value in data.items() if name not in known}
+        for name, value in given.items():
             check_type(name, value)  # as given, before the conversions below
             kind, _ = field_kinds()[name]
             if typing.get_origin(kind) is tuple and isinstance(value, list):
-                data[name] = tuple(value)  # JSON and YAML give lists
+                given[name] = tuple(value)  # JSON and YAML give lists
             elif kind is float and _is_int(value):
-                data[name] = float(value)
-        return cls(**data)
+                given[name] = float(value)
+        nested = given.get("sync_options") or {}
+        twice = sorted(k for k in set(nested) & set(extra) if nested[k] != extra[k])
+        if twice:
+            raise UsageError(f"{twice[0]} is given twice, as {extra[twice[0]]!r} and in "
+                             f"sync_options as {nested[twice[0]]!r}; give it once")
+        given["sync_options"] = {**nested, **extra}
+        return cls(**given)
 
 
 @functools.cache
@@ -318,7 +317,7 @@ def check_fields(cfg: TrainConfig) -> None:
     for name in ("workers", "threads", "batch_size", "global_batch", "epochs", "steps", "base_batch",
                  "image_size", "synthetic_size", "num_classes", "accumulate", "eval_every"):
         _positive(name, getattr(cfg, name))
-    for name in ("lr", "timeout", "bucket_mb"):
+    for name in ("lr", "timeout"):
         _positive(name, float(getattr(cfg, name)), kind=float)
     for name in ("context", "gpt_layers", "gpt_heads", "gpt_width"):
         _positive(name, getattr(cfg, name), allow_none=False)
@@ -372,7 +371,7 @@ def check_combinations(cfg: TrainConfig) -> None:
     if len(cfg.synthetic_shape) != 3 or min(cfg.synthetic_shape) <= 0:
         raise UsageError(f"--synthetic-shape is C,H,W with positive sizes, got {cfg.synthetic_shape}")
     _validate_checkpoints(cfg)
-    memory_cap.check(cfg.device_memory, cfg.gpus, cfg.device, cfg.sync)
+    memory_cap.check(cfg.device_memory, cfg.gpus, cfg.device)
     if cfg.gpus is not None:
         if cfg.workers is not None and cfg.workers != len(cfg.gpus):
             raise UsageError(f"--workers {cfg.workers} does not match --gpus "

@@ -8,6 +8,7 @@ strategies from importing a module that imports them (tests/test_layers.py).
 from __future__ import annotations
 
 from parascale import config, sync
+from parascale.runtime import memory_cap
 from parascale.config import TrainConfig
 
 __all__ = ["validate"]
@@ -16,7 +17,11 @@ __all__ = ["validate"]
 def validate(cfg: TrainConfig) -> None:
     """Raise :class:`parascale.errors.UsageError` with one line for the first thing wrong: each
     field alone, then the strategies' options, then how the fields combine (the order the
-    checks have always run in, so the same input gets the same line)."""
+    checks have always run in, so the same input gets the same line). A configuration that
+    passes is settled in place: its strategy, the default when it names none, and every
+    option of it are named (:func:`parascale.sync.settle`), as its record will state them."""
     config.check_fields(cfg)
     sync.validate(cfg)
     config.check_combinations(cfg)
+    memory_cap.check_helpers(cfg.device_memory, str(cfg.sync),
+                             sync.strategy_of(cfg).helper_processes(cfg))

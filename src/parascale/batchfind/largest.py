@@ -14,7 +14,7 @@ def largest(cfg, gpu: int | None, budget: int | None, max_batch: int, why: str =
     workers the training set is split between (each one's batch must fit its share).
     ``workers``: each probe trains on that many workers with ``cfg.sync`` (and ``cfg.gpus``),
     so the batch is the one that fits that strategy's memory layout (:mod:`.sharded`)."""
-    from parascale import batchfind
+    from parascale import batchfind, sync
     from parascale.batchfind.sharded import probe_by_training
 
     device = "cpu" if gpu is None else f"cuda:{gpu}"
@@ -22,7 +22,8 @@ def largest(cfg, gpu: int | None, budget: int | None, max_batch: int, why: str =
     if workers is not None:
         where = (f"GPUs {','.join(map(str, cfg.gpus))}" if cfg.gpus else
                  f"CPU, {workers} workers, budget {gib(budget)} each{why}")
-        where += f", --sync {cfg.sync}" + "".join(f" {k}={v}" for k, v in cfg.sync_options.items())
+        changed = sync.get(cfg.sync).settings_of(cfg).changed()  # the options given
+        where += f", --sync {' '.join([cfg.sync, *changed])}"
         share = workers
     task, what, samples = _task(cfg) if cfg.task is not None else _builtin(cfg)
     print(f"parascale find-batch: {what}, {where}", flush=True)

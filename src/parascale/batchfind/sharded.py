@@ -24,8 +24,6 @@ from dataclasses import replace
 from parascale.batchfind import Probe
 from parascale.errors import KnownFailure
 
-#: the strategies whose memory layouts the search knows (predict/memory.py's stages)
-SYNCS = ("allreduce", "zero", "fsdp")
 #: glibc maps allocations above this many bytes on their own and unmaps them when freed
 MMAP_THRESHOLD = 131072
 STEPS = 2  # the second holds the optimizer's state too, as a single-process probe's does

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from parascale import record as rec
-from parascale import runrecord, safejson
+from parascale import runrecord, safejson, sync
 from parascale.bench import scripts
 from parascale.bench.study import Job, run_train
 from parascale.config import TrainConfig
@@ -171,7 +171,8 @@ class StudyRunner:
             wanted = TrainConfig.from_dict(job.train).to_dict()
         except (TypeError, ValueError):
             return None
-        for name in sorted(job.train):
+        config, given = _flat(config), _flat(job.train)
+        for name in sorted(given):
             # where a run writes is no setting of the run (--tensorboard: a folder per run)
             if name in ("out", "save_model", "tensorboard") or name not in config:
                 continue
@@ -222,7 +223,9 @@ class StudyRunner:
     def _skip(self, job: Job, reason: str, status: str = "skipped") -> dict[str, Any]:
         derived = {"world_size": job.world_size, "per_device_batch": job.per_device_batch,
                    "global_batch": job.global_batch or job.train.get("global_batch")}
-        config = TrainConfig.from_dict({**job.train, "workers": job.world_size}).to_dict()
+        settings = TrainConfig.from_dict({**job.train, "workers": job.world_size})
+        sync.settle(settings)  # the record names the strategy and its options
+        config = settings.to_dict()
         config["save_model"] = job.train.get("save_model", False)
         return self._file(job, runrecord.failed(config, status, reason, derived).to_dict())
 
@@ -391,3 +394,11 @@ def run_study(study: Path, jobs: Sequence[Job], rerun: str = "never",
 
     ``quiet_max_s``: wait before each run until the machine is quiet, at most this long."""
     return StudyRunner(Path(study), jobs, rerun, echo, quiet_max_s).run(inputs)
+
+
+def _flat(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings with the entries of a ``sync_options`` mapping as keys of their own, as
+    ``TrainConfig.to_dict`` writes them (records and plans from before held some nested)."""
+    nested = settings.get("sync_options")
+    flat = {k: v for k, v in settings.items() if k != "sync_options"}
+    return {**(nested if isinstance(nested, dict) else {}), **flat}

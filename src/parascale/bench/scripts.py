@@ -45,10 +45,11 @@ def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     for a train option a script does not take, a missing script or a strategy it cannot run."""
     from parascale.script.api import refusal
     from parascale.script.launch import checked_script
-    from parascale.script.options import FIELDS
+    from parascale.script.options import taken
 
-    foreign = sorted(set(train) - set(FIELDS) - set(_BENCH_SETS) - {"sync_options"}) + \
-        sorted(train.get("sync_options") or {})  # a strategy's option parascale run lacks
+    runs = set(taken())
+    foreign = sorted(set(train) - runs - set(_BENCH_SETS)) + \
+        sorted(set(train.get("sync_options") or {}) - runs)  # an option parascale run lacks
     if foreign:
         name = foreign[0].replace("_", "-")
         raise UsageError(f"--{name} is the script's own business in a study of a script: pass "
@@ -60,16 +61,17 @@ def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
         from parascale.files import check_writable_folder
 
         check_writable_folder(str(train["tensorboard"]), "--tensorboard")
-    if (why := refusal(str(train.get("sync", "allreduce")))) is not None:
+    if (why := refusal(train.get("sync"))) is not None:
         raise UsageError(why)
     return script
 
 
 def run_options(train: dict[str, Any]) -> dict[str, Any]:
     """The options of ``train`` that ``parascale run`` takes (a Slurm job's command line)."""
-    from parascale.script.options import FIELDS
+    from parascale.script.options import taken
 
-    return {k: v for k, v in train.items() if k in FIELDS}
+    runs = set(taken())
+    return {k: v for k, v in train.items() if k in runs}
 
 
 def command_tail(params: dict[str, Any]) -> list[str]:

@@ -195,7 +195,7 @@ def referenced_names(inputs: StudyInputs) -> set[str]:
 
 def _coerce(name: str, value: Any) -> Any:
     """Friendly conversions for values computed or typed in a study: 16.0 -> 16, '0,1' -> [0, 1]."""
-    kind, _ = field_kinds()[name]
+    kind = field_kinds()[name][0] if name in TRAIN_FIELDS else sync.options()[name][0].kind
     if name in TUPLE_FIELDS:
         if isinstance(value, str):  # ASCII digits only: int() also reads '５'
             items = [v.strip() for v in value.split(",") if v.strip()]
@@ -209,16 +209,18 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
-def _declared_elsewhere() -> set[str]:
-    """Strategy options that travel in sync_options (-P/-V name=value all the same)."""
-    return {name for name, (option, _) in sync.options().items() if option.kind is not None}
+def _flagged() -> set[str]:
+    """Strategy options with a flag of their own, which a run's settings hold as keys of their
+    own; the others travel in sync_options, as --sync-option gives them (-P/-V name=value all
+    the same)."""
+    return {name for name, (option, _) in sync.options().items() if option.flag}
 
 
 def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str | None]:
     """The run's TrainConfig input and its scaling mode; unknown unreferenced names are typos."""
     train: dict[str, Any] = {}
     for name, value in run.params.items():
-        if name in TRAIN_FIELDS:
+        if name in TRAIN_FIELDS or name in _flagged():
             if name == "out":
                 raise UsageError("out is chosen by bench (STUDY/runs/<configuration>/); "
                                  "give the study folder with --out")
@@ -226,10 +228,11 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
                 raise UsageError("tensorboard is one folder for the whole study (each run "
                                  "writes into DIR/<configuration>): give --tensorboard DIR")
             train[name] = _coerce(name, value)
-        elif name in _declared_elsewhere():  # a strategy's option that is no field
+        elif name in sync.options():  # a strategy's option without a flag of its own
             train.setdefault("sync_options", {})[name] = value
         elif name not in STUDY_NAMES and name not in referenced:
-            close = difflib.get_close_matches(name, [*TRAIN_FIELDS, *STUDY_NAMES], n=1)
+            close = difflib.get_close_matches(name, [*TRAIN_FIELDS, *sync.options(),
+                                                     *STUDY_NAMES], n=1)
             hint = f"; did you mean {close[0]}?" if close else \
                 "; a helper name must be used by another value (${name})"
             raise UsageError(f"unknown parameter {name!r}: not a train option{hint}")
@@ -404,12 +407,12 @@ def _order(jobs: list[Job]) -> list[Job]:
 
 
 def _baseline(job: Job) -> Job:
-    train = {**job.train, "sync": "none", "sync_options": {}}
+    train = {**job.train, "sync": sync.BASELINE, "sync_options": {}}
     cfg = TrainConfig.from_dict(train)
     validate(cfg)
     return dataclasses.replace(
         job, config_id=f"{job.config_id}-baseline", folder=f"{job.config_id}-baseline",
-        params={**job.params, "sync": "none"}, train=train, baseline=True,
+        params={**job.params, "sync": sync.BASELINE}, train=train, baseline=True,
         memory_key=_memory_key(cfg, job.world_size))
 
 
@@ -428,7 +431,7 @@ def _labels(jobs: list[Job], repeat: int) -> None:
         parts += [f"{n}={expr.to_text(job.params.get(n))}" for n in shown]
         if job.baseline:
             parts.append("baseline: no sync")
-        elif job.train.get("sync", "allreduce") != "allreduce":
+        elif (job.train.get("sync") or sync.DEFAULT) != sync.DEFAULT:
             parts.append(f"sync={job.train['sync']}")
         if repeat > 1:
             parts.append(f"repeat {job.repeat}/{repeat}")
@@ -467,10 +470,9 @@ def make_jobs(inputs: StudyInputs) -> list[Job]:
     jobs = _order([_job(run, referenced, check, used) for run in runs])
     _fix_threads(jobs)
     if inputs.baseline:
-        sync.check("none")
         jobs = [j for job in jobs for j in
                 ([job, _baseline(job)] if job.world_size > 1 and job.skip_reason is None
-                 and job.train.get("sync", "allreduce") != "none" else [job])]
+                 and job.train.get("sync") != sync.BASELINE else [job])]
     rounds = []
     for k in range(1, inputs.repeat + 1):
         rounds += [dataclasses.replace(job, repeat=k, params=dict(job.params),
@@ -505,12 +507,12 @@ def reference_warning(jobs: Sequence[Job]) -> str | None:
 def plan_table(jobs: Sequence[Job], repeat: int = 1) -> str:
     """The --dry-run table: each configuration (first round) with its resolved batch figures."""
     def params(job: Job) -> dict[str, Any]:
-        # SMA's --batch-size is each learner's; the device's batch is learners times it
-        own = job.train.get("sync") == "sma" and job.train.get("batch_size")
+        # a learner's --batch-size is its own; the device's batch is learners times it
+        own = sync.traits_of(job.train.get("sync")).learners and job.train.get("batch_size")
         figures = {"workers": job.world_size,
                    "batch_size": own or job.per_device_batch or job.train.get("batch_size"),
                    "global_batch": job.global_batch or job.train.get("global_batch"),
-                   "sync": job.train.get("sync", "allreduce")}
+                   "sync": job.train.get("sync") or sync.DEFAULT}
         return {**job.params, **{k: v for k, v in figures.items() if v is not None}}
 
     shown = [PlannedRun(job.config_id, params(job), job.skip_reason)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import textwrap
 from typing import Any
 
-from parascale import safejson
+from parascale import safejson, sync
 from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
-from parascale.batchfind.sharded import SYNCS
 from parascale.cli.options import _key_value
 from parascale.checks import path_option
 from parascale.digits import INT_RE, ascii_float, ascii_int, int_list
@@ -24,11 +25,13 @@ free now), and a probe whose peak, extrapolated from the smaller ones, would be 
 is not started at all. Prints the largest batch, its peak memory, and the global batch and
 learning rate it gives on 1, 2, 4, ... devices.
 
-With --sync zero or fsdp (or allreduce, to compare), each probe is two real training steps on
---workers N processes (default 2; or the --gpus listed) with that strategy, so the batch is the
-one that fits its memory layout: sharded state leaves room for a larger batch. On the CPU
---memory-limit is each worker's budget (default half the memory free now, over the workers).
+{sharded}
 """
+SHARDED = """With --sync S, each probe is two real training steps on --workers N processes (default 2;
+or the --gpus listed) with that strategy, so the batch is the one that fits its memory layout:
+sharded state leaves room for a larger batch ({sharding}; the default, {default}, to compare).
+On the CPU --memory-limit is each worker's budget (default half the memory free now, over the
+workers)."""
 MAX_DEVICES = 10 ** 7
 
 
@@ -45,7 +48,9 @@ def parse_memory(text: str) -> int:
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "find-batch", help="find the largest per-device batch that fits in memory",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION.format(sharded=textwrap.fill(" ".join(SHARDED.format(
+            sharding=_sharding(), default=sync.DEFAULT).split()), 96)),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", metavar="NAME", help="a model of the registry (or --task)")
     parser.add_argument("--task", metavar="MODULE:FUNCTION",
                         help="a user's task (docs/tasks.md): each probe builds its model and "
@@ -56,11 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--image-size", type=ascii_int, metavar="S")
     parser.add_argument("--gpus", type=_gpu_ids, metavar="ID[,ID...]",
                         help="search on this CUDA device (with --sync: these devices)")
-    parser.add_argument("--sync", choices=SYNCS, metavar="S",
-                        help="train each probe on --workers N with this strategy's memory layout: "
-                        + ", ".join(SYNCS) + " (default: one process, unsharded)")
+    parser.add_argument("--sync", metavar="S",
+                        help="train each probe on --workers N with this strategy's memory layout "
+                        f"(one of {', '.join(sync.names())}; {_sharding()}) (default: one "
+                        "process, unsharded)")
     parser.add_argument("--sync-option", type=_key_value, action="append", metavar="KEY=VALUE",
-                        help="the strategy's option, as train takes it (fsdp: stage=2 or 3)")
+                        help="the strategy's option, as train's --sync-option takes it")
     parser.add_argument("--workers", type=ascii_int, metavar="N",
                         help="with --sync on the CPU: the workers each probe trains on "
                         "(default 2)")
@@ -96,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig(model=args.model or "smallcnn", dataset=args.dataset,
                       data_dir=args.data_dir, task=args.task,
                       image_size=args.image_size, lr=args.lr, lr_scaling=args.lr_scaling,
-                      gpus=args.gpus, sync=args.sync or "allreduce",
+                      gpus=args.gpus, sync=args.sync,
                       sync_options=dict(args.sync_option or []),
                       workers=workers if args.gpus is None else None)
     validate(cfg)
@@ -155,6 +161,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sharding() -> str:
+    """'zero shards the optimizer state; fsdp shards ...': what each sharding strategy shards."""
+    words = {"params": "the parameters", "grads": "the gradients", "state": "the optimizer state"}
+    said = [f"{name} shards {', '.join(words[k] for k in sync.SHARDABLE if k in shards)}"
+            for name in sync.names() if (shards := sync.traits_of(name).shards)]
+    return "; ".join(said) or "no strategy shards"
+
+
 def _gpu_ids(text: str) -> tuple[int, ...]:
     return int_list(text, "GPU ids such as 0 or 0,1")
 
@@ -169,8 +183,8 @@ def _workers(args: argparse.Namespace) -> int | None:
             "--sync-option" if args.sync_option else "two --gpus" if len(gpus) > 1 else None
         if given:
             raise UsageError(f"find-batch: {given} belongs to a search under a strategy; give "
-                             f"--sync {'|'.join(SYNCS)} too (without it, one process on one "
-                             "device is searched)")
+                             f"--sync {'|'.join(sync.names())} too (without it, one process on "
+                             "one device is searched)")
         return None
     if gpus and args.workers is not None:
         raise UsageError("find-batch: with --gpus the workers are the GPUs listed; leave out "

@@ -2,7 +2,8 @@
 
 Each field becomes ``--field-name`` with the docstring under the field as its help; types come
 from the annotations. The strategies' options take help and choices from their declarations
-(``sync.options()``), and ``--sync-option``'s help lists the options that have no field. Only
+(``sync.options()``): those with a flag of their own get it, and ``--sync-option``'s help lists
+the others; --sync's help lists the registry's strategies. Only
 options the user typed reach the namespace (``SUPPRESS`` defaults), which lets ``bench`` tell a
 fixed parameter from a default.
 """
@@ -88,59 +89,76 @@ def _key_value(text: str) -> tuple[str, Any]:
 
 def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
                       exclude: set[str] | frozenset[str] = frozenset()) -> None:
-    """Add one option per TrainConfig field, grouped as in SECTIONS; none for ``exclude``."""
+    """Add one option per TrainConfig field, grouped as in SECTIONS, and one per strategy option
+    that has a flag of its own (after --sync); none for a name in ``exclude``."""
     declared = sync.options()
-    docs = {**field_docs(), **{name: sync.help_of(name) for name, (o, _) in declared.items()
-                               if o.kind is None}}
-    docs["sync_options"] = docs.get("sync_options", "") + _extra_options(declared)
-    choices = {**CHOICES, **{name: o.choices for name, (o, _) in declared.items()
-                             if o.choices and o.kind is None}}
+    docs = {**field_docs(), "sync": sync_help(sync.names()),
+            "sync_options": field_docs().get("sync_options", "") + _extra_options(declared)}
     group: Any = parser
     for field in dataclasses.fields(TrainConfig):
         if sections and field.name in SECTIONS:
             group = parser.add_argument_group(SECTIONS[field.name])
+        if field.name == "sync_options":
+            for name, (opt, _) in declared.items():
+                if opt.flag and name not in exclude:
+                    _add(group, name, opt.kind, opt.default, sync.help_of(name), opt.choices)
         if field.name in exclude:
             continue
         kind, _ = field_kinds()[field.name]
         default = field.default if field.default is not dataclasses.MISSING else \
             field.default_factory()  # type: ignore[misc, operator]
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        text = docs.get(field.name, "").replace("%", "%%")  # argparse formats help with %
-        if default not in (None, (), {}, False):
-            text += f" (default: {shown})"
-        common = {"dest": field.name, "default": argparse.SUPPRESS, "help": text}
-        if kind is bool:
-            group.add_argument(flag(field.name), action=argparse.BooleanOptionalAction, **common)
-        elif typing.get_origin(kind) is tuple:
-            group.add_argument(flag(field.name), type=_int_list,
-                               metavar=METAVARS.get(field.name, "N,..."), **common)
-        elif typing.get_origin(kind) is typing.Union:
-            group.add_argument(flag(field.name), type=_count_or_word,
-                               metavar=METAVARS.get(field.name, "VALUE"), **common)
-        elif typing.get_origin(kind) is dict:
-            group.add_argument("--sync-option", type=_key_value, action="append",
-                               metavar="KEY=VALUE", **common)
-        elif field.name in PATHS:
-            group.add_argument(flag(field.name), type=path_option(flag(field.name)),
-                               metavar="DIR", **common)
-        else:
-            group.add_argument(flag(field.name), type=ascii_type(kind),
-                               choices=choices.get(field.name),
-                               metavar=METAVARS.get(field.name, None if field.name in choices
-                                                    else kind.__name__.upper()), **common)
+        _add(group, field.name, kind, default, docs.get(field.name, ""),
+             CHOICES.get(field.name))
+
+
+def sync_help(names: list[str]) -> str:
+    """--sync's help: the strategies the registry holds (``names``: those a command takes)."""
+    baseline = f"; {sync.BASELINE}: no exchange, the contention baseline" \
+        if sync.BASELINE in names else ""
+    return (f"Synchronisation strategy: {', '.join(names)} (default: {sync.DEFAULT}{baseline}); "
+            "or package.module:Class, a parascale.sync.Strategy of your own. See "
+            "docs/strategies.md.")
+
+
+def _add(group: Any, name: str, kind: Any, default: Any, text: str,
+         choices: Any = None) -> None:
+    """One option: ``--name`` of type ``kind`` (``sync_options``: ``--sync-option K=V``)."""
+    shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+    text = text.replace("%", "%%")  # argparse formats help with %
+    if default not in (None, (), {}, False):
+        text += f" (default: {shown})"
+    common = {"dest": name, "default": argparse.SUPPRESS, "help": text}
+    if kind is bool:
+        group.add_argument(flag(name), action=argparse.BooleanOptionalAction, **common)
+    elif typing.get_origin(kind) is tuple:
+        group.add_argument(flag(name), type=_int_list, metavar=METAVARS.get(name, "N,..."),
+                           **common)
+    elif typing.get_origin(kind) is typing.Union:
+        group.add_argument(flag(name), type=_count_or_word, metavar=METAVARS.get(name, "VALUE"),
+                           **common)
+    elif typing.get_origin(kind) is dict:
+        group.add_argument("--sync-option", type=_key_value, action="append",
+                           metavar="KEY=VALUE", **common)
+    elif name in PATHS:
+        group.add_argument(flag(name), type=path_option(flag(name)), metavar="DIR", **common)
+    else:
+        group.add_argument(flag(name), type=ascii_type(kind), choices=choices or None,
+                           metavar=METAVARS.get(name, None if choices else kind.__name__.upper()),
+                           **common)
 
 
 def _extra_options(declared: dict[str, tuple[sync.Option, list[str]]]) -> str:
-    """' Declared: NAME (--sync S, type, default D): help; ...' for --sync-option's help."""
-    extra = [f"{name} (--sync {', '.join(owners)}, {o.kind.__name__}, default {o.default!r}): "
-             f"{' '.join(o.help.split())}" for name, (o, owners) in declared.items()
-             if o.kind is not None]
+    """' Declared: NAME (--sync S, type, default D): help; ...' for --sync-option's help: the
+    options without a flag of their own (every option may be given this way)."""
+    extra = [f"{name} (--sync {', '.join(owners)}, {getattr(o.kind, '__name__', o.kind)}, "
+             f"default {o.default!r}): {o.help}" for name, (o, owners) in declared.items()
+             if not o.flag]
     return (" Declared: " + "; ".join(extra)) if extra else " None is declared now."
 
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainConfig fields the user gave, as a dict (``sync_options`` from KEY=VALUE pairs)."""
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    names = {f.name for f in dataclasses.fields(TrainConfig)} | set(sync.options())
     given = {k: v for k, v in vars(args).items() if k in names}
     if "sync_options" in given:
         given["sync_options"] = dict(given["sync_options"])

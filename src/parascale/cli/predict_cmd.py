@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 
+from parascale import sync
 from parascale.checks import path_option
+from parascale.cli.options import _key_value
 from parascale.digits import ascii_float, ascii_int, int_list
 
 DESCRIPTION = """\
@@ -70,14 +72,17 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            "or --comm measured on one node)")
     what = parser.add_argument_group("what to predict")
     what.add_argument("--sync", metavar="S",
-                      help="allreduce, tree, reduce-broadcast, parameter-server, local-sgd, "
-                           "sma, zero, fsdp (its stage: the records', else 3) (default: the "
-                           "records' own)")
+                      help=f"{', '.join(sync.with_pattern())}, or tree (a ring's overlap "
+                           "with a tree's exchange); its options: the records', else their "
+                           "defaults (default: the records' own)")
     what.add_argument("--ps-servers", type=ascii_int, default=1, metavar="K",
                       help="parameter servers (default: the records', else 1)")
     what.add_argument("--period", type=ascii_int, default=1, metavar="H",
-                      help="local-sgd / sma: steps between averages (default: the records', "
-                           "else 1)")
+                      help="steps between a periodic strategy's exchanges (default: the "
+                           "records', else 1)")
+    what.add_argument("--sync-option", type=_key_value, action="append", metavar="KEY=VALUE",
+                      help="another option of the strategy, as train takes it (default: the "
+                           "records', else the option's own)")
     what.add_argument("--workers", type=_workers, metavar="1,2,4,...",
                       help="worker counts (default: powers of two 1 to 4096)")
     what.add_argument("--scaling", choices=("weak", "strong"),
@@ -130,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     opts = predict.Options(
         sources=args.sources, comm=args.comm, interconnect=args.interconnect, sync=args.sync,
         ps_servers=args.ps_servers, period=args.period,
+        sync_options=dict(args.sync_option or []),
         workers=args.workers if args.workers is not None else predict.DEFAULT_WORKERS,
         scaling=args.scaling, batch_size=args.batch_size, global_batch=args.global_batch,
         gpus_per_node=args.gpus_per_node, intra_node=args.intra_node, params=args.params,

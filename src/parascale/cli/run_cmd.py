@@ -7,9 +7,10 @@ import dataclasses
 import datetime
 from pathlib import Path
 
-from parascale.cli.options import add_train_options, config_from_args, flag
+from parascale import sync
+from parascale.cli.options import add_train_options, config_from_args, flag, sync_help
 from parascale.errors import UsageError
-from parascale.script.options import FIELDS
+from parascale.script.options import FIELDS, taken
 
 
 DESCRIPTION = """\
@@ -37,13 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     from parascale.config import TrainConfig
 
-    add_train_options(parser, exclude={f.name for f in dataclasses.fields(TrainConfig)}
-                      - set(FIELDS))
+    add_train_options(parser, exclude=({f.name for f in dataclasses.fields(TrainConfig)}
+                                       | set(sync.options())) - set(taken()))
     for action in parser._actions:
         if action.dest == "sync":  # the trainer's list names strategies a script cannot run
-            action.help = ("Synchronisation strategy: allreduce (DDP), local-sgd or none (no "
-                           "exchange: the contention baseline); the others need parascale's "
-                           "own training step. (default: allreduce)")
+            action.help = sync_help(sync.with_trait(script_refusal=None)) + \
+                " The others need parascale's own training step."
     # one REMAINDER for the script and its arguments: argparse keeps a '--' inside it (it drops
     # the one that follows a positional of its own, which script_args must see)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py ...",
@@ -57,7 +57,8 @@ def script_args(script: Path, args: list[str]) -> list[str]:
     user more likely meant it for parascale (``--`` first passes everything as it is)."""
     if args[:1] == ["--"]:
         return args[1:]
-    ours = {flag(name) for name in FIELDS} | {"--no-oversubscribe"}
+    ours = {flag(name) for name in taken() if name != "sync_options"} | \
+        {"--sync-option", "--no-oversubscribe"}
     for arg in args:
         name = arg.partition("=")[0]
         if name in ours:

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from parascale import __version__, safejson
+from parascale import __version__, safejson, sync
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.runtime.world import PORT_BASE
@@ -203,24 +203,32 @@ def file_pattern(path) -> str:
 
 
 def train_flags(train: dict[str, Any]) -> list[str]:
-    """``parascale train`` options that give the TrainConfig fields in ``train`` (the inverse
-    of :func:`parascale.cli.options.config_from_args`); ``out`` is left to the caller."""
+    """``parascale train`` options that give the TrainConfig fields and strategy options in
+    ``train`` (the inverse of :func:`parascale.cli.options.config_from_args`); ``out`` is left
+    to the caller."""
     flags: list[str] = []
+    declared = sync.options()
     for f in dataclasses.fields(TrainConfig):
-        if f.name == "out" or f.name not in train or train[f.name] is None:
-            continue
-        name, value = "--" + f.name.replace("_", "-"), train[f.name]
-        if f.name == "sync_options":
-            for key, item in dict(value).items():
-                flags += ["--sync-option", f"{key}={_option_text(item)}"]
-        elif isinstance(value, bool):
-            flags.append(name if value else "--no-" + name[2:])
-        else:
-            text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else \
-                _text(value)
-            # a value that starts with '-' would be read by argparse as an option of its own
-            flags += [f"{name}={text}"] if text.startswith("-") else [name, text]
+        if f.name == "sync_options":  # here --sync's options follow it, as in train's help
+            options = {**dict(train.get("sync_options") or {}),
+                       **{k: v for k, v in train.items() if k in declared}}
+            for key, item in options.items():
+                if key in declared and declared[key][0].flag:
+                    flags += _flag(key, item)
+                else:
+                    flags += ["--sync-option", f"{key}={_option_text(item)}"]
+        elif f.name != "out" and train.get(f.name) is not None:
+            flags += _flag(f.name, train[f.name])
     return flags
+
+
+def _flag(key: str, value: Any) -> list[str]:
+    name = "--" + key.replace("_", "-")
+    if isinstance(value, bool):
+        return [name if value else "--no-" + name[2:]]
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else _text(value)
+    # a value that starts with '-' would be read by argparse as an option of its own
+    return [f"{name}={text}"] if text.startswith("-") else [name, text]
 
 
 def _text(value: Any) -> str:

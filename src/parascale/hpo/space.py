@@ -70,8 +70,7 @@ def _option_names() -> dict[str, Any]:
     """Searchable names and their kind: TrainConfig fields and strategies' declared options."""
     kinds = {name: kind for name, (kind, _) in field_kinds().items() if name not in NOT_SEARCHED}
     for name, (option, _) in sync.options().items():
-        if option.kind is not None:
-            kinds[name] = option.kind
+        kinds[name] = option.kind
     return kinds
 
 

@@ -152,8 +152,7 @@ def gradient_size(records: list[RunRecord], given: tuple[float, str] | None) -> 
             return Input("gradient S", found[0], "bytes", "counted", found[1])
     raise UsageError(f"the records do not say how many bytes a step exchanges (model "
                      f"{records[0].model!r} on {records[0].dataset!r} cannot be counted here, and "
-                     "no record has 2+ workers of allreduce, reduce-broadcast or "
-                     "parameter-server); "
+                     "no record has 2+ workers of a strategy that counts its bytes); "
                      "give --params N (e.g. 25.6M) or --gradient-bytes S")
 
 
@@ -181,9 +180,9 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
                      f"{model.strategy.name} exchanges after backward: nothing hides")
     if given is not None:
         return Input("overlap φ", given, "of compute", "given", "--overlap")
-    # FSDP's exchange runs inside forward and backward, which its records count as compute: no
-    # exposed sync to measure φ from
-    if model.link.how == "measured" and model.strategy.name != "fsdp":
+    # an exchange inside forward and backward (FSDP's) is counted as compute by its records:
+    # no exposed sync to measure φ from
+    if model.link.how == "measured" and not model.strategy.in_compute:
         measured = [r for r in records if r.sync == model.strategy.name and r.workers > 1]
         if measured:
             picks = []

@@ -29,10 +29,14 @@ the reference every speedup is measured against.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
+from parascale import sync
+from parascale.errors import UsageError
 from parascale.predict.interconnect import Link
+from parascale.sync import Pattern
 
 
 def ring(n: int, size: float, link: Link, messages: int = 1) -> float:
@@ -92,7 +96,14 @@ class Strategy:
     after: float = 0.0
     """Of ``passes``, those that follow the update and never hide (ZeRO-1's broadcast)."""
     stage: int | None = None
-    """The ZeRO stage of a sharded strategy (1 for zero, 2 or 3 for fsdp)."""
+    """The ZeRO stage of a sharded strategy (1, 2 or 3)."""
+    in_compute: bool = False
+    """The exchange runs inside forward and backward, which records count as compute."""
+
+    @classmethod
+    def of(cls, name: str, pattern: Pattern) -> Strategy:
+        """Strategy ``name`` as its declared ``pattern`` (``Strategy.pattern``) describes it."""
+        return cls(name, **dataclasses.asdict(pattern))
 
     @property
     def hideable(self) -> float:
@@ -117,29 +128,26 @@ class Strategy:
         return f"{self.name} ({text})"
 
 
-# parascale's --sync names, plus "tree" (DDP-like overlap with a tree instead of a ring, as
-# NCCL chooses for small messages on many nodes).
-SYNCS = ("allreduce", "tree", "reduce-broadcast", "parameter-server", "local-sgd", "sma", "zero",
-         "fsdp")
+#: beside the registry's strategies: DDP-like overlap with a tree instead of a ring, as NCCL
+#: chooses for small messages on many nodes (no strategy runs it; predict models it)
+TREE = Strategy("tree", overlaps=True, algorithm="tree")
 
 
-def strategy(name: str, servers: int = 1, period: int = 1, stage: int = 3) -> Strategy:
-    """``stage``: FSDP's (2 or 3; 3 is its default, as in train)."""
-    if name == "allreduce":
-        return Strategy(name, overlaps=True)
-    if name == "zero":
-        return Strategy(name, overlaps=True, passes=3, after=1, stage=1)
-    if name == "fsdp":
-        return Strategy(name, overlaps=True, passes=3 if stage == 3 else 2, stage=stage)
-    if name == "tree":
-        return Strategy(name, overlaps=True, algorithm="tree")
-    if name == "reduce-broadcast":
-        return Strategy(name, overlaps=False, algorithm="reduce-broadcast")
-    if name == "parameter-server":
-        return Strategy(name, overlaps=False, servers=servers, algorithm="parameter-server")
-    if name in ("local-sgd", "sma"):
-        return Strategy(name, overlaps=False, every=period)
-    raise ValueError(name)
+def names() -> list[str]:
+    """What predict models: the registry's strategies that declare a pattern, and the tree."""
+    return [*sync.with_pattern(), TREE.name]
+
+
+def strategy(name: str, settings: dict | None = None, where: str = "--sync-option") -> Strategy:
+    """Strategy ``name`` with its options ``settings`` (unnamed ones at their defaults), as its
+    declared pattern describes it; one line where it declares none."""
+    if name == TREE.name:
+        return TREE
+    pattern = sync.get(name).pattern(sync.read_settings(name, settings or {}, where))
+    if pattern is None:
+        raise UsageError(f"--sync {name} declares no exchange to model; predict models "
+                         f"{', '.join(names())}")
+    return Strategy.of(name, pattern)
 
 
 def exchange_time(s: Strategy, n: int, size: float, link: Link, *, buckets: int = 1,

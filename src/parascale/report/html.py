@@ -66,9 +66,9 @@ DEFINITIONS = [
     ("peak mem", "the largest rank's peak memory (resident set on a CPU, allocated by the CUDA "
                  "allocator on a GPU), median over the runs"),
     ("held (MiB)", "what rank 0 held on its first step, counted from the tensors themselves: "
-                   "parameters + gradients + optimizer state + activations (its shards under "
-                   "--sync zero or fsdp), median over the runs; the peak's rest is the "
-                   "interpreter, libraries, buffers and temporaries (docs/record.md)"),
+                   "parameters + gradients + optimizer state + activations (its part of them "
+                   "under a strategy that shards them), median over the runs; the peak's rest "
+                   "is the interpreter, libraries, buffers and temporaries (docs/record.md)"),
     ("time to T%", "training time until the target test accuracy T was first reached, and at "
                    "which epoch: the first evaluation at or above T (report --target T, or the "
                    "runs' own target), never interpolated between evaluations; 'not reached' "

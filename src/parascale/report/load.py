@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parascale import sync
 from parascale.errors import UsageError
 from parascale.record import RECORD_NAME, read_record
 from parascale.safejson import Refused
@@ -82,7 +83,8 @@ class RunRecord:
 
     @property
     def sync(self) -> str:
-        return str(self.get("config", "sync", default="allreduce"))
+        # a record from before strategies were chosen ran the default one
+        return str(self.get("config", "sync", default=sync.DEFAULT))
 
     @property
     def workers(self) -> int | None:

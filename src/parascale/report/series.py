@@ -29,10 +29,12 @@ def variants(records: Iterable[RunRecord]) -> dict[int, str]:
     labels: dict[int, str] = {}
     for (_, _, _, scaling), members in families.items():
         settings = [_settings(r, scaling) for r in members]
+        # a setting a record does not state is no difference: a strategy's options are in the
+        # records of that strategy only (a baseline states none), older records lack newer ones
         differing = sorted({k for s in settings for k in s
-                            if len({t.get(k) for t in settings}) > 1})
+                            if len({t[k] for t in settings if k in t}) > 1})
         for record, s in zip(members, settings):
-            labels[id(record)] = ", ".join(_show(k, s.get(k)) for k in differing)
+            labels[id(record)] = ", ".join(_show(k, s[k]) for k in differing if k in s)
     return labels
 
 

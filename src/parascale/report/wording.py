@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, Iterable
 
+from parascale import sync
 from parascale.report.load import RunRecord
 from parascale.runtime.machine import others_text
 from parascale.report.rows import (
@@ -32,7 +33,7 @@ def group_title(key: GroupKey, rows: list[Row], all_keys: Iterable[GroupKey]) ->
         title += "scaling mode not recorded"
     else:
         title += f"{mode} scaling" + (" (inferred from batch sizes)" if rows and rows[0].inferred else "")
-    if len({k.sync for k in keys}) > 1 or key.sync != "allreduce":
+    if len({k.sync for k in keys}) > 1 or key.sync != sync.DEFAULT:
         title += f", sync {key.sync}"
     if key.variant:
         title += f", {key.variant}"

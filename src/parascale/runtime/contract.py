@@ -40,6 +40,11 @@ RESUME = "PARASCALE_RESUME"
 #: options, the staging --out); absent when the script runs as a plain process
 SCRIPT = "PARASCALE_SCRIPT"
 
+# --- a process -> every process it starts (parascale/sync/__init__.py)
+#: JSON: ["module:qualname", ...], the strategies registered from outside parascale
+#: (``sync.register``), which a process imports and registers with its own registry
+STRATEGIES = "PARASCALE_STRATEGIES"
+
 # --- faults injected on purpose, by tests and by hand (runtime/faults.py); the user sets it
 FAULT = "PARASCALE_FAULT"
 

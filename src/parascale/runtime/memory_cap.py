@@ -70,19 +70,16 @@ def size_text(size: int) -> str:
     return f"{size / 1024:.4g} KiB"
 
 
-def check(text: str | None, gpus: tuple[int, ...] | None, device: str, sync: str) -> None:
+def check(text: str | None, gpus: tuple[int, ...] | None, device: str) -> None:
     """Everything about ``--device-memory`` that can be known before a run, one line for the
-    first thing wrong: the size, the device, the strategy, the machine and the platform."""
+    first thing wrong: the size, the device, the machine and the platform (the strategy:
+    :func:`check_helpers`)."""
     if text is None:
         return
     size = parse_size(text)
     if gpus is not None or device == "cuda":
         raise UsageError(f"{FLAG} caps a CPU worker's memory; on a GPU the device's memory is "
                          f"the limit: leave out {FLAG} or --gpus")
-    if sync == "parameter-server":
-        raise UsageError(f"{FLAG} cannot cap --sync parameter-server: its servers are rank 0's "
-                         "children, so their memory would count against rank 0's cap; choose "
-                         "another strategy, or leave out " + FLAG)
     if size < FLOOR:
         raise UsageError(f"{FLAG} {text} is below the {size_text(FLOOR)} a worker needs for "
                          "the interpreter and torch alone, before any model; give at least "
@@ -94,6 +91,15 @@ def check(text: str | None, gpus: tuple[int, ...] | None, device: str, sync: str
         raise UsageError(f"{FLAG} {text} is more than the {size_text(usable)} this machine "
                          "lets this process use, so it would cap nothing; give less")
     hierarchy()
+
+
+def check_helpers(text: str | None, sync: str, helpers: int) -> None:
+    """A cap with a strategy that starts ``helpers`` processes of its own: they are rank 0's
+    children, so their memory would count against rank 0's cap."""
+    if text is not None and helpers:
+        raise UsageError(f"{FLAG} cannot cap --sync {sync}: its {helpers} helper process(es) "
+                         "are rank 0's children, so their memory would count against rank 0's "
+                         "cap; choose another strategy, or leave out " + FLAG)
 
 
 def hierarchy() -> cgroups.Hierarchy:

@@ -41,12 +41,14 @@ def start() -> Run:
         return _current
     import torch.distributed as dist
 
+    from parascale import sync
     from parascale.config import TrainConfig
     from parascale.runtime import World, contract, external_launcher, join
     from parascale.runtime import resolve_backend, resolve_device_type
 
     spec = json.loads(os.environ.get(contract.SCRIPT) or "null")
     cfg = TrainConfig.from_dict(spec["config"]) if spec else TrainConfig()
+    sync.settle(cfg)  # a plain process names no strategy: the default's, with its options
     name = Path(spec["path"] if spec else sys.argv[0] or "script").name
     args = spec["argv"] if spec else sys.argv[1:]
     device_type = resolve_device_type(cfg.device, cfg.gpus)

@@ -22,6 +22,7 @@ from parascale import record as rec
 from parascale import sync
 from parascale.batch import Derived, Plan
 from parascale.config import TrainConfig
+from parascale.errors import UsageError
 from parascale.files import atomic_write
 from parascale.runtime import World
 from parascale.tasks.base import to_device
@@ -33,29 +34,22 @@ from parascale.training.epochs import epoch_entry
 from parascale.training.measure import LossTally, StepClock
 from parascale.training.run import Progress
 
-#: what the script API can run, and why the other strategies cannot be handed a user's loop
-STRATEGIES = ("allreduce", "local-sgd", "none")
-REFUSED = {
-    "reduce-broadcast": "its reduce to rank 0 and broadcast needs the trainer's step; "
-                        "--sync allreduce gives the same averaged gradient",
-    "parameter-server": "its updates run on server processes, not in the script's optimizer",
-    "sma": "it trains several replicas per device, which the script's single model is not",
-    "zero": "it replaces the script's optimizer with a sharded one",
-    "fsdp": "it shards the parameters, which the script's own saving and evaluation would "
-            "see in pieces",
-}
 #: metrics whose direction needs no saying
 DIRECTIONS = {"loss": False, "accuracy": True}
 
 
-def refusal(name: str) -> str | None:
-    """One line when ``--sync name`` cannot run a script, else None."""
-    if name in STRATEGIES:
+def refusal(name: str | None) -> str | None:
+    """One line when ``--sync name`` cannot run a script, else None (the strategy's traits
+    say; None is the default strategy)."""
+    able = sync.with_trait(script_refusal=None)
+    try:
+        name = sync.check(name or sync.DEFAULT)
+    except UsageError:
+        return f"unknown --sync {name!r}: a script runs under {', '.join(able)}"
+    why = sync.traits_of(name).script_refusal
+    if why is None:
         return None
-    if name not in sync.names():
-        return f"unknown --sync {name!r}: a script runs under {', '.join(STRATEGIES)}"
-    why = REFUSED.get(name, "it is not one the script API knows")
-    return (f"--sync {name} cannot run a script: {why}; choose one of {', '.join(STRATEGIES)}")
+    return f"--sync {name} cannot run a script: {why}; choose one of {', '.join(able)}"
 
 
 class Run:

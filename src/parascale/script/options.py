@@ -1,9 +1,19 @@
 """The options ``parascale run`` takes, which the command line, a study of a script and a
 Slurm job of one all need: kept here, below all three."""
+from __future__ import annotations
+
+from parascale import sync
 
 #: the TrainConfig fields ``parascale run`` takes: where to run, how to synchronise, how to end,
 #: where to write; the rest (model, data, batch, optimizer) is the script's own business
 FIELDS = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "device_memory",
-          "sync",
-          "bucket_mb", "compression", "powersgd_rank", "period", "target_accuracy",
-          "target_metric", "target_value", "port", "timeout", "out", "tensorboard")
+          "sync", "sync_options", "target_accuracy", "target_metric", "target_value", "port",
+          "timeout", "out", "tensorboard")
+
+
+def taken() -> list[str]:
+    """The settings ``run`` takes: :data:`FIELDS`, and the options of the strategies that can
+    run a script (as the registry says)."""
+    scripted = set(sync.with_trait(script_refusal=None))
+    return [*FIELDS, *(name for name, (_, owners) in sync.options().items()
+                       if scripted & set(owners))]

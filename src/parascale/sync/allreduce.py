@@ -3,14 +3,23 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-
+from parascale import lazy
 from parascale.sync import compression
 from parascale.sync.base import NOTHING, Strategy
+from parascale.sync.options import Settings, option
+from parascale.sync.traits import Pattern, Traits
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.parallel as parallel
+    from torch import nn
+else:  # the registry is read without torch: imported on first use
+    torch = lazy.module("torch", globals())
+    parallel = lazy.module("torch.nn.parallel", globals())
+    nn = lazy.module("torch.nn", globals())
 
 
 class _BucketClock:
@@ -43,19 +52,89 @@ def _timed_hook(clock: _BucketClock, bucket):
     return clock.hook(clock.state, bucket)
 
 
-class AllReduce(Strategy):
+@dataclass(frozen=True)
+class BucketSettings(Settings):
+    bucket_mb: float = option(25.0, "DDP's gradient bucket size in MiB.", minimum=1e-3,
+                              flag=True)
+
+
+class Bucketed(Strategy):
+    """DDP's bucketed allreduce of the gradients as they are, overlapped with backward: the
+    base of ``allreduce`` and ``zero`` (it is no strategy of its own: not registered)."""
+
+    name = "bucketed"
+    traits = Traits(mean_gradient=True)
+    Settings = BucketSettings
+    settings: BucketSettings
+
+    @classmethod
+    def lockstep(cls, settings) -> bool:
+        return True
+
+    @classmethod
+    def agrees(cls, settings) -> bool:
+        return True
+
+    @classmethod
+    def pattern(cls, settings) -> Pattern:
+        return Pattern(overlaps=True)
+
+    def compressor(self) -> compression.Compressor:
+        """What the gradients are sent as: themselves."""
+        return compression.Compressor()
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self._clock: _BucketClock | None = None
+        self._ddp: parallel.DistributedDataParallel | None = None
+        compressor = self.compressor()
+        if self.world.size == 1 and compressor.name == "none":
+            # nothing to average with: DDP's hook, bucket copies and one-rank allreduce are
+            # work that changes no number (a compressor would: it rounds even alone, so
+            # compressed runs keep DDP and stay what they were)
+            self.model = model
+            self.bytes_per_step = 0
+            return model
+        device_ids = [self.world.device] if self.world.device.type == "cuda" else None
+        ddp = parallel.DistributedDataParallel(model, device_ids=device_ids,
+                                               bucket_cap_mb=self.settings.bucket_mb)
+        state, hook = compressor.ddp_hook()
+        self._clock = _BucketClock(state, hook, self.world.device.type == "cuda", self)
+        ddp.register_comm_hook(self._clock, _timed_hook)
+        self.model = self._ddp = ddp
+        n = self.world.size
+        # ring allreduce: every rank sends 2(n-1)/n of the bytes that enter the allreduce
+        self.bytes_per_step = int(2 * (n - 1) / n * compressor.sent_bytes(model))
+        return self.model
+
+    def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
+        # gradients of non-final micro-batches stay local; the last backward reduces the sum
+        if last or self._ddp is None:
+            return NOTHING
+        return self._ddp.no_sync()
+
+    def compute_end(self) -> Any | None:
+        return None if self._clock is None else self._clock.take()
+
+
+@dataclass(frozen=True)
+class AllReduceSettings(compression.CompressionSettings, BucketSettings):
+    pass
+
+
+class AllReduce(Bucketed):
     """DDP. Gradients are averaged in buckets of ``--bucket-mb`` while backward still runs, so
     most communication hides behind compute; what does not (the allreduce of the last bucket,
     and any bucket still queued when the last gradient is ready) is the "sync" phase."""
 
     name = "allreduce"
-    exchanges_every_step = True
-    replicas_agree = True
-    declares = compression.OPTIONS
+    Settings = AllReduceSettings
+    settings: AllReduceSettings
 
     @classmethod
     def refuse(cls, cfg) -> str | None:
-        if cfg.compression == "powersgd" and (cfg.checkpoint_every is not None or cfg.resume):
+        settings = cls.settings_of(cfg)
+        if settings.compression == "powersgd" and (cfg.checkpoint_every is not None
+                                                   or cfg.resume):
             return ("--compression powersgd keeps error feedback per DDP bucket, which a "
                     "checkpoint does not hold; checkpoint with --compression none, fp16 or bf16")
         return None
@@ -66,41 +145,12 @@ class AllReduce(Strategy):
         # steps, nor do the casting compressors (PowerSGD is refused with checkpoints)
         return True
 
-    def wrap(self, model: nn.Module) -> nn.Module:
-        self._clock = None
-        if self.world.size == 1 and self.cfg.compression == "none":
-            # nothing to average with: DDP's hook, bucket copies and one-rank allreduce are
-            # work that changes no number (a compressor would: it rounds even alone, so
-            # compressed runs keep DDP and stay what they were)
-            self.model = model
-            self.bytes_per_step = 0
-            return model
-        device_ids = [self.world.device] if self.world.device.type == "cuda" else None
-        self.model = DistributedDataParallel(model, device_ids=device_ids,
-                                             bucket_cap_mb=self.cfg.bucket_mb)
-        compressor = compression.make(self.cfg.compression, self.cfg.powersgd_rank)
-        state, hook = compressor.ddp_hook()
-        self._clock = _BucketClock(state, hook, self.world.device.type == "cuda", self)
-        self.model.register_comm_hook(self._clock, _timed_hook)
-        n = self.world.size
-        # ring allreduce: every rank sends 2(n-1)/n of the bytes that enter the allreduce
-        self.bytes_per_step = int(2 * (n - 1) / n * compressor.sent_bytes(model))
-        return self.model
-
-    def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
-        # gradients of non-final micro-batches stay local; the last backward reduces the sum
-        if last or self._clock is None:
-            return NOTHING
-        return self.model.no_sync()
-
-    def compute_end(self) -> Any | None:
-        return None if self._clock is None else self._clock.take()
+    def compressor(self) -> compression.Compressor:
+        """What the gradients are sent as (``--compression``)."""
+        return self.settings.compressor()
 
     def noise_refusal(self) -> str | None:
-        if self.cfg.compression == "powersgd":
+        if self.compressor().name == "powersgd":
             return ("--compression powersgd averages a low-rank approximation of the gradients, "
                     "not their mean; measure the noise scale with --compression none")
         return None
-
-    def options(self) -> dict:
-        return {"bucket_mb": self.cfg.bucket_mb, **super().options()}

@@ -32,16 +32,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-import torch.distributed as dist
-from torch import nn
-
+from parascale import lazy
 from parascale.config import TrainConfig
-from parascale.runtime.world import World
-from parascale.sync.options import Option
+from parascale.sync.options import Settings
+from parascale.sync.traits import Pattern, Traits
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from parascale.runtime.world import World
+else:  # the registry is read without torch (--help, report): imported on first use
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals(), "dist")
+    nn = lazy.module("torch.nn", globals())
 
 NOTHING = contextlib.nullcontext()  # reusable, so a step need not build one per micro-batch
 
@@ -62,11 +70,14 @@ def unwrap(module: nn.Module) -> nn.Module:
 class Resolved:
     """What a strategy decided before training (``Strategy.resolve``): the configuration with
     it filled in, the seconds of training steps the decision took (training time: they count
-    towards time-to-accuracy) and what the built strategy keeps of it (``adopt``)."""
+    towards time-to-accuracy), what the built strategy keeps of it (``adopt``), and the options
+    it decided, which a checkpoint keeps so that the run continues with them (``resolve``
+    reads them back from the checkpoint's progress)."""
 
     cfg: TrainConfig
     seconds: float = 0.0
     notes: Any = None
+    decided: dict[str, Any] = field(default_factory=dict)
 
 
 class GradientWatcher(Protocol):
@@ -79,22 +90,54 @@ class GradientWatcher(Protocol):
 class Strategy:
     """Default: plain local training (no exchange). Subclasses override what they change."""
 
+    #: the module the loop trains, from ``wrap`` on (there is none before)
+    model: nn.Module
+
     name = "base"
-    #: False for baselines that never exchange gradients (replicas diverge by design)
-    exchanges_gradients = True
-    #: True when the ranks exchange every step, so they are in lockstep and a per-step
-    #: collective adds no synchronisation point (the divergence check all-reduces the loss);
-    #: False where that would add synchronisation the strategy does not have
-    exchanges_every_step = False
-    #: this strategy's options (sync/options.py); --sync none ignores every strategy's
-    declares: tuple[Option, ...] = ()
-    #: True when every rank's model and optimizer state are the same after every step (the
-    #: ranks exchange gradients synchronously): a checkpoint then keeps rank 0's alone
-    replicas_agree = False
-    #: True when each rank holds only its part of the model or the optimizer state: every rank
-    #: then writes its part of a checkpoint (torch.distributed.checkpoint, which reshards on
-    #: load), so that the checkpoint also resumes on another number of workers
-    shards_checkpoint = False
+    #: what the strategy is, whatever its options (sync/traits.py)
+    traits = Traits()
+    #: its options, typed (sync/options.py); ``self.settings`` holds this run's
+    Settings: type[Settings] = Settings
+
+    # What depends on the options: class methods of the settings, so that the registry answers
+    # them before any strategy is built (predict and report hold a record, not a run).
+
+    @classmethod
+    def lockstep(cls, settings: Any) -> bool:
+        """Whether the ranks exchange every step, so that they are in lockstep and a per-step
+        collective adds no synchronisation point (the divergence check all-reduces the loss);
+        False where that would add synchronisation the strategy does not have."""
+        return False
+
+    @classmethod
+    def agrees(cls, settings: Any) -> bool:
+        """Whether every rank's model and optimizer state are the same after every step (the
+        ranks exchange gradients synchronously): a checkpoint then keeps rank 0's alone."""
+        return False
+
+    @classmethod
+    def pattern(cls, settings: Any) -> Pattern | None:
+        """How a step's exchange moves its bytes, for the cost model; None when it exchanges
+        nothing the model can describe."""
+        return None
+
+    @classmethod
+    def exchange_size(cls, sent: float, n: int, settings: Any) -> float | None:
+        """The bytes that enter the exchange (S), from what rank 0 sent per step on ``n``
+        workers (``bytes_per_step``, the strategy's own count), or None."""
+        pattern = cls.pattern(settings)
+        return None if pattern is None else pattern.exchanged(sent, n)
+
+    @classmethod
+    def stages(cls) -> dict[int, dict[str, Any]]:
+        """The ZeRO stages it runs (the memory model's rows: 1 shards the optimizer state, 2
+        the gradients too, 3 the parameters too), each with the options that choose it."""
+        return {}
+
+    @classmethod
+    def settings_of(cls, cfg: TrainConfig) -> Any:
+        """``cfg``'s settings of this strategy (its options, typed)."""
+        return cls.Settings.of(cfg.sync_options)
 
     @classmethod
     def refuse(cls, cfg: TrainConfig) -> str | None:
@@ -107,7 +150,7 @@ class Strategy:
         the same global batch): its model and optimizer are each rank's part, which DCP
         reshards on load (``shards_checkpoint``), or kept once because every rank holds the
         same, and nothing else it keeps per rank depends on the worker count."""
-        return cls.shards_checkpoint
+        return cls.traits.shards_checkpoint
 
     # What the launcher and the batch arithmetic ask of a strategy before any worker starts
     # (class methods: no world yet), so that neither names one.
@@ -142,10 +185,29 @@ class Strategy:
     def adopt(self, resolved: Resolved) -> None:
         """Keep what ``resolve`` noted (for the record), after ``__init__``."""
 
+    # What the trainer asks of the built strategy, from its traits and settings.
+
+    @property
+    def exchanges_gradients(self) -> bool:
+        return self.traits.exchanges
+
+    @property
+    def exchanges_every_step(self) -> bool:
+        return self.lockstep(self.settings)
+
+    @property
+    def replicas_agree(self) -> bool:
+        return self.agrees(self.settings)
+
+    @property
+    def shards_checkpoint(self) -> bool:
+        return self.traits.shards_checkpoint
+
     def __init__(self, cfg: TrainConfig, world: World):
         self.cfg = cfg
         self.world = world
-        self.model: nn.Module | None = None
+        #: this run's options, typed: an instance of the strategy's ``Settings``
+        self.settings = self.Settings.of(cfg.sync_options)
         #: bytes this rank sends per optimizer step, where the strategy knows it
         self.bytes_per_step: int | None = None
         #: who is shown this rank's own gradients before the exchange (``watch_gradients``)
@@ -236,8 +298,10 @@ class Strategy:
         """Why the gradient noise scale cannot be measured under this strategy, or None when it
         can: after ``synchronize`` every rank's gradients are the global batch's mean, and the
         strategy shows a ``watch_gradients`` watcher this rank's own before the exchange."""
-        return (f"--sync {self.name} never forms the global batch's mean gradient on the "
-                "workers; the noise scale is measured under --sync allreduce or reduce-broadcast")
+        if self.traits.mean_gradient:
+            return None
+        # parascale.sync.noise_refusal adds the strategies it is measured under
+        return f"--sync {self.name} never forms the global batch's mean gradient on the workers"
 
     def watch_gradients(self, watcher: GradientWatcher) -> None:
         """From now on, show ``watcher`` every step's local gradients before they are exchanged
@@ -247,7 +311,7 @@ class Strategy:
     def options(self) -> dict[str, Any]:
         """Strategy settings for the run record (``derived.sync_options``): the declared
         options that apply; subclasses add what they compute (byte counts)."""
-        return {o.name: o.value(self.cfg) for o in self.declares if o.applies(self.cfg)}
+        return self.settings.applying()
 
     def measurements(self) -> dict[str, Any] | None:
         """What the strategy measured beyond the step phases (the record's ``sync`` section),

@@ -22,28 +22,28 @@ allreduces, the minimum torch allows with error feedback and warm start).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+from parascale import lazy
+from parascale.sync.options import Settings, option
 
-from parascale.sync.options import Option
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+else:  # the registry reads the options below without torch
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals(), "dist")
+    nn = lazy.module("torch.nn", globals())
+    powerSGD_hook = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook",
+                                globals())
 
 # torch's defaults, used for the byte count below as for the hook itself
 POWERSGD_START_ITER = 2
 POWERSGD_MIN_COMPRESSION_RATE = 2
 NAMES = ("none", "fp16", "bf16", "powersgd")
-
-#: declared by every strategy that sends gradients through a compressor
-OPTIONS = (
-    Option("compression", "Gradient compression of the gradients a strategy sends: none | fp16 "
-           "| bf16 (allreduce, reduce-broadcast, parameter-server) | powersgd (allreduce only).",
-           choices=NAMES),
-    Option("powersgd_rank", "Rank r of PowerSGD's low-rank approximation (with --compression "
-           "powersgd).", minimum=1, only_with=("compression", "powersgd")),
-)
 
 
 class Compressor:
@@ -129,6 +129,10 @@ class PowerSGD(Compressor):
         return total
 
 
+_CLASSES: dict[str, type[Compressor]] = {"none": Compressor, "fp16": Cast, "bf16": Cast,
+                                         "powersgd": PowerSGD}
+
+
 def make(name: str, powersgd_rank: int = 1) -> Compressor:
     if name == "fp16":
         return Cast(name, torch.float16)
@@ -139,11 +143,28 @@ def make(name: str, powersgd_rank: int = 1) -> Compressor:
     return Compressor()
 
 
-def refuse_unless_elementwise(strategy: str, cfg: Any) -> str | None:
+@dataclass(frozen=True)
+class CompressionSettings(Settings):
+    """The options of every strategy that sends its gradients through a compressor."""
+
+    compression: str = option(
+        "none", "Gradient compression of the gradients a strategy sends: none | fp16 | bf16 | "
+        "powersgd (PowerSGD needs DDP's all-reduce between its halves).", choices=NAMES,
+        flag=True)
+    powersgd_rank: int = option(
+        1, "Rank r of PowerSGD's low-rank approximation (with --compression powersgd).",
+        minimum=1, only_with=("compression", "powersgd"), flag=True)
+
+    def compressor(self) -> Compressor:
+        return make(self.compression, self.powersgd_rank)
+
+
+def refuse_unless_elementwise(strategy: str, settings: CompressionSettings) -> str | None:
     """For the strategies that compress with ``compress``/``decompress`` only."""
-    if not make(cfg.compression, cfg.powersgd_rank).elementwise:
-        return (f"--compression {cfg.compression} works with --sync allreduce only (it needs "
-                f"an all-reduce between its halves), not --sync {strategy}; use fp16 or bf16")
+    if not _CLASSES[settings.compression].elementwise:
+        return (f"--compression {settings.compression} works with --sync allreduce only (it "
+                f"needs an all-reduce between its halves), not --sync {strategy}; use fp16 or "
+                "bf16")
     return None
 
 

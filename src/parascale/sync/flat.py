@@ -3,8 +3,15 @@ tensor, for the strategies that communicate by hand (reduce-broadcast, parameter
 """
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
+
+from parascale import lazy
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # the strategies' registry imports this module without torch
+    torch = lazy.module("torch", globals())
 
 
 class Flat:

@@ -9,16 +9,26 @@ backward (one more all-gather per step); stage 2 keeps them until backward ends.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-
+from parascale import lazy
 from parascale.errors import UsageError
 from parascale.sync.base import Strategy, unwrap
-from parascale.sync.options import Option
+from parascale.sync.options import Settings, option
+from parascale.sync.traits import SHARDABLE, Pattern, Traits
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed.device_mesh as device_mesh
+    import torch.distributed.fsdp as fsdp
+    from torch import nn
+else:  # the registry is read without torch: imported on first use
+    torch = lazy.module("torch", globals())
+    device_mesh = lazy.module("torch.distributed.device_mesh", globals())
+    fsdp = lazy.module("torch.distributed.fsdp", globals())
+    nn = lazy.module("torch.nn", globals())
+
 
 def units(model: nn.Module) -> list[nn.Module]:
     """The submodules to shard as units of their own, before the model itself: the items of
@@ -46,22 +56,46 @@ def cannot_shard(model: nn.Module) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class FSDPSettings(Settings):
+    stage: int = option(3, "FSDP: 3 shards the parameters too, freeing them after forward and "
+                        "gathering them again in backward; 2 keeps them gathered from forward "
+                        "to the end of backward.", minimum=2)
+
+
 class FSDP(Strategy):
     """FSDP2. Communication happens inside forward and backward (all-gather, reduce-scatter),
     so it counts as compute in the step phases; the update is local to each rank's shards."""
 
     name = "fsdp"
-    shards_checkpoint = True  # each rank writes its shards; any worker count reads them
-    exchanges_every_step = True
-    declares = (Option("stage", "FSDP: 3 shards the parameters too, freeing them after forward "
-                       "and gathering them again in backward; 2 keeps them gathered from "
-                       "forward to the end of backward.", kind=int, default=3, minimum=2),)
+    # between steps each rank holds its shards of all three (stage 2 gathers the parameters
+    # from forward to the end of backward only); each writes its shards, any count reads them
+    traits = Traits(shards=frozenset(SHARDABLE), shards_checkpoint=True,
+                    script_refusal="it shards the parameters, which the script's own saving "
+                                   "and evaluation would see in pieces")
+    Settings = FSDPSettings
+    settings: FSDPSettings
+
+    @classmethod
+    def lockstep(cls, settings) -> bool:
+        return True
+
+    @classmethod
+    def pattern(cls, settings: FSDPSettings) -> Pattern:
+        # an all-gather of the parameters in forward and a reduce-scatter of the gradients in
+        # backward; stage 3 gathers the parameters again in backward
+        return Pattern(overlaps=True, passes=3 if settings.stage == 3 else 2,
+                       stage=settings.stage, in_compute=True)
+
+    @classmethod
+    def stages(cls) -> dict[int, dict[str, Any]]:
+        return {2: {"stage": 2}, 3: {"stage": 3}}
 
     @classmethod
     def refuse(cls, cfg) -> str | None:
         from parascale.runtime.world import resolve_device_type
 
-        stage = cfg.sync_options.get("stage", 3)
+        stage = cls.settings_of(cfg).stage
         if stage not in (2, 3):
             return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
         if cfg.clip_grad_norm is not None:
@@ -77,7 +111,7 @@ class FSDP(Strategy):
 
     def __init__(self, cfg, world):
         super().__init__(cfg, world)
-        self.stage = int(cfg.sync_options.get("stage", 3))
+        self.stage = self.settings.stage
         self._full_state: dict[str, Any] | None = None
         self._evaluating = False
 
@@ -95,15 +129,15 @@ class FSDP(Strategy):
         why = cannot_shard(plain)
         if why:
             raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: {why}")
-        mesh = init_device_mesh(self.world.device.type, (n,))
+        mesh = device_mesh.init_device_mesh(self.world.device.type, (n,))
         kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
         if self.cfg.precision == "bf16":  # refused on the CPU; the reduction stays fp32
-            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+            kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         try:
             for unit in units(plain):
-                fully_shard(unit, **kw)
-            fully_shard(plain, **kw)
+                fsdp.fully_shard(unit, **kw)
+            fsdp.fully_shard(plain, **kw)
         except (ValueError, RuntimeError, TypeError, AssertionError) as exc:
             raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
@@ -114,8 +148,8 @@ class FSDP(Strategy):
         self.bytes_per_step = int((3 if self.stage == 3 else 2) * (n - 1) / n * size)
         return model
 
-    def _fsdp_modules(self) -> list[FSDPModule]:
-        return [m for m in unwrap(self.model).modules() if isinstance(m, FSDPModule)]
+    def _fsdp_modules(self) -> list[fsdp.FSDPModule]:
+        return [m for m in unwrap(self.model).modules() if isinstance(m, fsdp.FSDPModule)]
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         modules = self._fsdp_modules()

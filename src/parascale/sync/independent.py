@@ -7,12 +7,12 @@ machine costs by itself when N processes share it (memory bandwidth, caches, oth
 from __future__ import annotations
 
 from parascale.sync.base import Strategy
+from parascale.sync.traits import Traits
 
 
 class Independent(Strategy):
     name = "none"
-    exchanges_gradients = False
-    exchanges_every_step = False
+    traits = Traits(exchanges=False)
 
     def wrap(self, model):
         self.bytes_per_step = 0

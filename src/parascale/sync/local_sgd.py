@@ -16,29 +16,47 @@ already agree and the model itself is used.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch.distributed as dist
-from torch import nn
-
+from parascale import lazy
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat
-from parascale.sync.options import Option
+from parascale.sync.options import Settings, option
+from parascale.sync.traits import Pattern
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+    from torch import nn
+else:  # the registry is read without torch: imported on first use
+    dist = lazy.module("torch.distributed", globals(), "dist")
+
+
+@dataclass(frozen=True)
+class LocalSGDSettings(Settings):
+    period: int = option(1, "Local SGD: average the parameters every this many local steps.",
+                         minimum=1, flag=True)
 
 
 class LocalSGD(Strategy):
     name = "local-sgd"
-    declares = (Option("period", "Local SGD: average the parameters every this many local "
-                       "steps.", minimum=1),)
+    Settings = LocalSGDSettings
+    settings: LocalSGDSettings
 
-    @property
-    def exchanges_every_step(self) -> bool:
-        return self.cfg.period == 1
+    @classmethod
+    def lockstep(cls, settings: LocalSGDSettings) -> bool:
+        return settings.period == 1
+
+    @classmethod
+    def pattern(cls, settings: LocalSGDSettings) -> Pattern:
+        # one ring allreduce of the parameters every period steps, after backward
+        return Pattern(every=settings.period)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model
         self.flat = Flat(model)
         self.buffer = self.flat.new()
-        self.period = self.cfg.period
+        self.period = self.settings.period
         self.steps_since_average = 0
         self.averages = 0
         self._copy: nn.Module | None = None  # holds the average for evaluation, made once
@@ -64,10 +82,10 @@ class LocalSGD(Strategy):
             if target is not self.model:
                 target.load_state_dict(self.model.state_dict())
             return
-        flat = self.flat.gather_params(self.buffer)
-        dist.all_reduce(flat)
-        flat.div_(n)
-        (self.flat if target is self.model else Flat(target)).scatter_params(flat)
+        vector = self.flat.gather_params(self.buffer)
+        dist.all_reduce(vector)
+        vector.div_(n)
+        (self.flat if target is self.model else Flat(target)).scatter_params(vector)
         for mine, theirs in zip(self.model.buffers(), target.buffers()):
             value = mine.detach().clone()
             if value.is_floating_point():  # running statistics: averaged
@@ -87,7 +105,9 @@ class LocalSGD(Strategy):
 
     def local_module(self) -> nn.Module:
         """The replica, or after ``before_evaluation`` the average of all replicas."""
-        return self._copy if self._show_copy else super().local_module()
+        if self._show_copy and self._copy is not None:
+            return self._copy
+        return super().local_module()
 
     def state_dict(self) -> dict:
         # each rank's replica and momentum are its own: the checkpoint keeps every rank's

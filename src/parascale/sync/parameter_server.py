@@ -26,22 +26,28 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-import torch.distributed as dist
-from torch import nn
-
+from parascale import lazy
 from parascale.runtime import processes
-from parascale.runtime.failure import write_error_file
-from parascale.runtime.rendezvous import LOOPBACK, open_store
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.sync import compression
 from parascale.sync import ps_protocol as proto
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat, shard_bounds
-from parascale.sync.options import Option
+from parascale.sync.options import option
+from parascale.sync.traits import Pattern, Traits
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+else:  # the registry is read without torch: imported on first use
+    np = lazy.module("numpy", globals(), "np")
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals(), "dist")
 
 LOG_TAIL = 8
 DEATH_GRACE_S = 2.0  # how long a failed exchange waits to see whether a server died
@@ -99,6 +105,8 @@ class ServerProcesses:
 
     def watch(self) -> None:
         """A server that exits before the workers stop it ends this worker, naming the server."""
+        from parascale.runtime.failure import write_error_file
+
         def run() -> None:
             while not self._expected_exit:
                 dead = self.dead()
@@ -134,51 +142,64 @@ class ServerProcesses:
         shutil.rmtree(self.logs, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class ParameterServerSettings(compression.CompressionSettings):
+    ps_mode: str = option("sync", "Parameter server: sync (wait for every worker each step) or "
+                          "async (apply each worker's gradient as it arrives; staleness is "
+                          "recorded).", choices=("sync", "async"), flag=True)
+    ps_servers: int = option(1, "Parameter server processes, started in addition to the "
+                             "workers; parameters are sharded across them.", minimum=1,
+                             flag=True)
+
+
 class ParameterServer(Strategy):
     name = "parameter-server"
-    declares = (
-        Option("ps_mode", "Parameter server: sync (wait for every worker each step) or async "
-               "(apply each worker's gradient as it arrives; staleness is recorded).",
-               choices=("sync", "async")),
-        Option("ps_servers", "Parameter server processes, started in addition to the workers; "
-               "parameters are sharded across them.", minimum=1),
-        *compression.OPTIONS,
-    )
+    traits = Traits(optimizer="sgd", optimizer_why="updates on the servers with SGD (momentum, "
+                    "weight decay) from each gradient as it arrives",
+                    script_refusal="its updates run on server processes, not in the script's "
+                                   "optimizer")
+    Settings = ParameterServerSettings
+    settings: ParameterServerSettings
+
+    @classmethod
+    def lockstep(cls, settings: ParameterServerSettings) -> bool:
+        return settings.ps_mode == "sync"  # the servers wait for every worker
+
+    @classmethod
+    def agrees(cls, settings: ParameterServerSettings) -> bool:
+        return settings.ps_mode == "sync"  # every worker copies the same reply each step
+
+    @classmethod
+    def pattern(cls, settings: ParameterServerSettings) -> Pattern:
+        return Pattern(algorithm="parameter-server", servers=settings.ps_servers)
 
     @classmethod
     def refuse(cls, cfg) -> str | None:
         if cfg.precision == "fp16":
             return ("--precision fp16 does not work with --sync parameter-server (the servers "
                     "apply unscaled fp32 updates); use bf16 or fp32")
-        if cfg.optimizer != "sgd" or cfg.clip_grad_norm is not None:
-            return ("--sync parameter-server updates on the servers with SGD (momentum, weight "
-                    "decay) from each gradient as it arrives; leave out --optimizer "
-                    f"{cfg.optimizer} and --clip-grad-norm")
-        return compression.refuse_unless_elementwise(cls.name, cfg)
+        if cfg.clip_grad_norm is not None:
+            return ("--sync parameter-server updates on the servers from each gradient as it "
+                    "arrives, unclipped; leave out --clip-grad-norm")
+        return compression.refuse_unless_elementwise(cls.name, cls.settings_of(cfg))
 
     @classmethod
     def helper_processes(cls, cfg) -> int:
-        return cfg.ps_servers
-
-    @property
-    def exchanges_every_step(self) -> bool:  # sync: the servers wait for every worker
-        return self.cfg.ps_mode == "sync"
-
-    @property
-    def replicas_agree(self) -> bool:  # sync: every worker copies the same reply each step
-        return self.cfg.ps_mode == "sync"
+        return cls.settings_of(cfg).ps_servers
 
     def wrap(self, model: nn.Module) -> nn.Module:
+        from parascale.runtime.rendezvous import LOOPBACK, open_store
+
         self.model = model
-        world, cfg = self.world, self.cfg
+        world, cfg, settings = self.world, self.cfg, self.settings
         self.flat = Flat(model, device=torch.device("cpu"))  # gloo moves CPU tensors
-        n, k = world.size, cfg.ps_servers
+        n, k = world.size, settings.ps_servers
         if k > self.flat.numel:
             raise ValueError(f"--ps-servers {k} is more than the model's {self.flat.numel} "
                              "parameters")
         self.bounds = shard_bounds(self.flat.numel, k)
         self.grads, self.params = self.flat.new(), self.flat.new()
-        self.compressor = compression.make(cfg.compression)  # the gradients; parameters fp32
+        self.compressor = settings.compressor()  # the gradients; the parameters travel fp32
         self.flat.gather_params(self.params)
         self.versions = [0] * k
         self.staleness: list[int] = []
@@ -197,17 +218,16 @@ class ParameterServer(Strategy):
         dist.broadcast_object_list(address, src=0)
         if world.is_main:
             self.servers = ServerProcesses([
-                proto.Spec(store.host, store.port, s, n, k, a, b, cfg.ps_mode, cfg.timeout,
+                proto.Spec(store.host, store.port, s, n, k, a, b, settings.ps_mode, cfg.timeout,
                            os.getpid(), str(self.flat.dtype).removeprefix("torch."),
-                           cfg.compression)
+                           settings.compression)
                 for s, (a, b) in enumerate(self.bounds)])
             self.servers.wait_ready(store, cfg.timeout)
             self.servers.watch()
         else:
             store = dist.TCPStore(address[0], address[1], is_master=False, timeout=timeout)
         self._store = store  # the host must keep it alive while the group exists
-        self.pg = dist.ProcessGroupGloo(dist.PrefixStore(proto.PREFIX, store), world.rank,
-                                        n + k, timeout)
+        self.pg = proto.open_group(store, world.rank, n + k, timeout)
         if world.is_main:
             self._wait([self.pg.send([self.params[a:b]], n + s, proto.INIT)
                         for s, (a, b) in enumerate(self.bounds)])
@@ -243,7 +263,7 @@ class ParameterServer(Strategy):
             settings = [float(g["lr"]), g["momentum"], g["dampening"], g["weight_decay"],
                         float(g["nesterov"])]
         works = []
-        wire = self.compressor.compress(self.grads) if kind == proto.PUSH else None
+        wire = self.compressor.compress(self.grads) if kind == proto.PUSH else self.grads
         for s, (a, b) in enumerate(self.bounds):
             header = self.headers[s]
             header[0], header[1] = kind, self.versions[s]
@@ -267,7 +287,7 @@ class ParameterServer(Strategy):
         """Send ``kind`` (SNAPSHOT or RESTORE) to every server where this worker takes part:
         every worker in sync mode (a round is one kind), worker 0 alone in async mode. Whether
         this worker is the one the servers answer (worker 0)."""
-        if self.cfg.ps_mode == "async" and not self.world.is_main:
+        if self.settings.ps_mode == "async" and not self.world.is_main:
             return False
         if not self.world.is_main:
             for header in self.headers:
@@ -334,13 +354,13 @@ class ParameterServer(Strategy):
         self.flat.scatter_params(self.params)  # the servers did the update
 
     def before_evaluation(self) -> None:
-        if self.cfg.ps_mode == "async":  # every worker evaluates the same, current model
+        if self.settings.ps_mode == "async":  # every worker evaluates the same, current model
             self._request(proto.PULL)
             self.flat.scatter_params(self.params)
         super().before_evaluation()
 
     def finish(self) -> None:
-        gathered: list[list[int]] = [None] * self.world.size  # type: ignore[list-item]
+        gathered: list[Any] = [None] * self.world.size  # each rank's list, once gathered
         dist.all_gather_object(gathered, self.staleness)
         self._gathered = gathered
         if self.servers is not None:
@@ -369,7 +389,7 @@ class ParameterServer(Strategy):
                     "p50": float(np.percentile(array, 50)),
                     "p95": float(np.percentile(array, 95)), "max": int(array.max())}
 
-        return {"ps_mode": self.cfg.ps_mode, "ps_servers": self.cfg.ps_servers,
+        return {"ps_mode": self.settings.ps_mode, "ps_servers": self.settings.ps_servers,
                 "updates_per_server": self.versions[0] if self.versions else 0,
                 "staleness": summary(every),
                 "staleness_per_rank": [summary(ranks) for ranks in self._gathered]}

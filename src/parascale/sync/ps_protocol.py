@@ -26,11 +26,19 @@ from __future__ import annotations
 
 import json
 import os
+import datetime
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Protocol, cast
 
-import torch
-
+from parascale import lazy
 from parascale.runtime import contract
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+else:  # the strategies' registry imports this module without torch
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals(), "dist")
 
 ENV = contract.PS_SERVER
 PREFIX = "parascale-ps/"
@@ -117,3 +125,24 @@ class Shard:
         sgd_update(self.param, grad, self.state, lr, momentum, dampening, weight_decay,
                    bool(nesterov))
         self.version += 1
+
+
+class Waitable(Protocol):
+    def wait(self) -> bool: ...
+
+
+class Group(Protocol):
+    """What workers and servers use of their gloo group: point-to-point messages with a tag, and
+    a barrier. torch's type stubs leave these methods out of ``ProcessGroup``; they exist."""
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> Waitable: ...
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> Waitable: ...
+
+    def barrier(self) -> Waitable: ...
+
+
+def open_group(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> Group:
+    """The gloo group of the workers and servers, over ``store`` (under :data:`PREFIX`)."""
+    return cast(Group, dist.ProcessGroupGloo(dist.PrefixStore(PREFIX, store), rank, size,
+                                             timeout))

@@ -30,7 +30,8 @@ import torch.distributed as dist
 from parascale.runtime import processes
 from parascale.sync import compression
 from parascale.sync.ps_protocol import (CHECKPOINT_KINDS, GRAD, HEADER, HEADER_SIZE, INIT,
-                                        PARAMS, PREFIX, PUSH, REPLY, STOP, Shard, Spec)
+                                        PARAMS, PREFIX, PUSH, REPLY, STOP, Group, Shard, Spec,
+                                        open_group)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -55,7 +56,7 @@ def _wire(shard: Shard, squeeze: compression.Compressor) -> torch.Tensor:
     return torch.empty_like(shard.param, dtype=squeeze.wire_dtype(shard.param.dtype))
 
 
-def serve_sync(pg, shard: Shard, workers: int, squeeze: compression.Compressor) -> None:
+def serve_sync(pg: Group, shard: Shard, workers: int, squeeze: compression.Compressor) -> None:
     headers = [torch.empty(HEADER_SIZE, dtype=torch.float64) for _ in range(workers)]
     grads = [_wire(shard, squeeze) for _ in range(workers)]
     total = torch.empty_like(shard.param)
@@ -84,7 +85,7 @@ def serve_sync(pg, shard: Shard, workers: int, squeeze: compression.Compressor) 
                for work in (pg.send([reply], w, REPLY), pg.send([shard.param], w, PARAMS))])
 
 
-def serve_async(pg, shard: Shard, workers: int, squeeze: compression.Compressor) -> None:
+def serve_async(pg: Group, shard: Shard, workers: int, squeeze: compression.Compressor) -> None:
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -131,8 +132,7 @@ def main() -> None:
     timeout = datetime.timedelta(seconds=spec.timeout_s)
     store = dist.TCPStore(spec.host, spec.port, is_master=False, timeout=timeout)
     store.set(f"{PREFIX}ready/{spec.index}", str(os.getpid()))
-    pg = dist.ProcessGroupGloo(dist.PrefixStore(PREFIX, store), spec.workers + spec.index,
-                               spec.workers + spec.servers, timeout)
+    pg = open_group(store, spec.workers + spec.index, spec.workers + spec.servers, timeout)
     shard = Shard(torch.empty(spec.stop - spec.start, dtype=getattr(torch, spec.dtype)))
     pg.recv([shard.param], 0, INIT).wait()
     serve = serve_sync if spec.mode == "sync" else serve_async

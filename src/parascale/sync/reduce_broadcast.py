@@ -14,32 +14,54 @@ mean it sends back, using that same rounded mean itself so that all replicas sta
 """
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
-from torch import nn
+from typing import TYPE_CHECKING
 
+from parascale import lazy
 from parascale.sync import compression
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat
+from parascale.sync.traits import Pattern, Traits
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+else:  # the registry is read without torch: imported on first use
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals(), "dist")
 
 ROOT = 0
 
 
 class ReduceBroadcast(Strategy):
     name = "reduce-broadcast"
-    exchanges_every_step = True
-    replicas_agree = True  # compressors here are casts: no state between steps
-    declares = compression.OPTIONS
+    traits = Traits(mean_gradient=True,  # every rank gets the mean back; compressors are casts
+                    script_refusal="its reduce to rank 0 and broadcast needs the trainer's "
+                                   "step; --sync allreduce gives the same averaged gradient")
+    Settings = compression.CompressionSettings
+    settings: compression.CompressionSettings
+
+    @classmethod
+    def lockstep(cls, settings) -> bool:
+        return True
+
+    @classmethod
+    def agrees(cls, settings) -> bool:
+        return True  # compressors here are casts: no state between steps
+
+    @classmethod
+    def pattern(cls, settings) -> Pattern:
+        return Pattern(algorithm="reduce-broadcast")
 
     @classmethod
     def refuse(cls, cfg) -> str | None:
-        return compression.refuse_unless_elementwise(cls.name, cfg)
+        return compression.refuse_unless_elementwise(cls.name, cls.settings_of(cfg))
 
     def wrap(self, model: nn.Module) -> nn.Module:
         self.model = model
         self.flat = Flat(model)
         self.buffer = self.flat.new()
-        self.compressor = compression.make(self.cfg.compression)
+        self.compressor = self.settings.compressor()
         self.incoming: list[torch.Tensor] = []  # the root's receive buffers, one per peer
         n = self.world.size
         sent = self.compressor.bytes_for(self.flat.numel, self.flat.element_size)
@@ -75,9 +97,6 @@ class ReduceBroadcast(Strategy):
             _exchange([dist.P2POp(dist.irecv, wire, ROOT)])
             squeeze.decompress(wire, grads)
         self.flat.scatter_grads(grads)
-
-    def noise_refusal(self) -> str | None:
-        return None  # every rank gets the mean back; the compressors are casts
 
     def options(self) -> dict:
         return {**super().options(), "root": ROOT,

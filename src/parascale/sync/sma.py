@@ -25,52 +25,83 @@ hill-climbing rule (``sync.sma_tune``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.distributed as dist
-from torch import nn
-
+from parascale import lazy
 from parascale.config import TrainConfig
 from parascale.sync.base import Resolved, Strategy
 from parascale.sync.flat import Flat
-from parascale.sync.options import Option
+from parascale.sync.options import Settings, option
+from parascale.sync.traits import Pattern, Traits
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+else:  # the registry is read without torch: imported on first use
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals(), "dist")
 
 MAX_DISTANCES = 1000  # records of the learners' distance kept; thinned by halves beyond
 
 
+@dataclass(frozen=True)
+class SMASettings(Settings):
+    learners: int | str = option(
+        1, "SMA: model replicas (learners) per device, each training on its own batch of "
+        "--batch-size, or auto: Crossbow's tuner adds one while throughput grows by more than "
+        "--tune-threshold, then trains with the best count.", flag=True)
+    sma_alpha: float = option(
+        0.1, "SMA: the pull of each learner toward the central model at a synchronisation, in "
+        "(0, 1] (Crossbow: 0.1 for ResNets, 0.2 for VGG).", flag=True)
+    sma_momentum: float = option(
+        0.9, "SMA: momentum of the central model's update, in [0, 1) (Crossbow: 0.9).",
+        flag=True)
+    period: int = option(1, "SMA: synchronise with the central model every this many steps.",
+                         minimum=1, flag=True)
+    learner_engine: str = option(
+        "auto", "SMA: how a device runs its learners: loop (one after another), vmap (stacked "
+        "parameters, one batched computation per layer), or auto: vmap from 4 learners on, "
+        "where it was faster here (benchmarks/learners.py).", choices=("auto", "loop", "vmap"))
+    tune_threshold: float = option(
+        0.1, "SMA with --learners auto: the smallest throughput gain (a fraction; Crossbow: "
+        "0.1) for which one more learner per device is kept.", only_with=("learners", "auto"),
+        flag=True)
+
+
 class SMA(Strategy):
     name = "sma"
-    declares = (
-        Option("learners", "SMA: model replicas (learners) per device, each training on its own "
-               "batch of --batch-size, or auto: Crossbow's tuner adds one while throughput grows "
-               "by more than --tune-threshold, then trains with the best count."),
-        Option("sma_alpha", "SMA: the pull of each learner toward the central model at a "
-               "synchronisation, in (0, 1] (Crossbow: 0.1 for ResNets, 0.2 for VGG)."),
-        Option("sma_momentum", "SMA: momentum of the central model's update, in [0, 1) "
-               "(Crossbow: 0.9)."),
-        Option("period", "SMA: synchronise with the central model every this many steps.",
-               minimum=1),
-        Option("learner_engine", "SMA: how a device runs its learners: loop (one after "
-               "another), vmap (stacked parameters, one batched computation per layer), or auto: "
-               "vmap from 4 learners on, where it was faster here (benchmarks/learners.py).",
-               choices=("auto", "loop", "vmap"), kind=str, default="auto"),
-        Option("tune_threshold", "SMA with --learners auto: the smallest throughput gain (a "
-               "fraction; Crossbow: 0.1) for which one more learner per device is kept.",
-               only_with=("learners", "auto")),
-    )
+    traits = Traits(learners=True, optimizer="sgd",
+                    optimizer_why="trains its learners with SGD and averages with its own "
+                                  "momentum (Crossbow's rule)",
+                    script_refusal="it trains several replicas per device, which the script's "
+                                   "single model is not")
+    Settings = SMASettings
+    settings: SMASettings
+
+    @classmethod
+    def lockstep(cls, settings: SMASettings) -> bool:
+        return settings.period == 1  # only a period of 1 exchanges every step
+
+    @classmethod
+    def pattern(cls, settings: SMASettings) -> Pattern:
+        # the learners' corrections, all-reduced every period steps after backward
+        return Pattern(every=settings.period)
 
     @classmethod
     def refuse(cls, cfg: TrainConfig) -> str | None:
-        m = cfg.learners
+        settings = cls.settings_of(cfg)
+        m = settings.learners
         if not (m == "auto" or (isinstance(m, int) and not isinstance(m, bool) and m >= 1)):
             return f"--learners must be a positive integer or auto, got {m!r}"
-        if not 0 < cfg.sma_alpha <= 1:
-            return f"--sma-alpha is a fraction in (0, 1], got {cfg.sma_alpha:g}"
-        if not 0 <= cfg.sma_momentum < 1:
-            return f"--sma-momentum must be in [0, 1), got {cfg.sma_momentum:g}"
-        if not 0 <= cfg.tune_threshold < 10:
-            return f"--tune-threshold is a fraction (0.1 for 10%), got {cfg.tune_threshold:g}"
+        if not 0 < settings.sma_alpha <= 1:
+            return f"--sma-alpha is a fraction in (0, 1], got {settings.sma_alpha:g}"
+        if not 0 <= settings.sma_momentum < 1:
+            return f"--sma-momentum must be in [0, 1), got {settings.sma_momentum:g}"
+        if not 0 <= settings.tune_threshold < 10:
+            return (f"--tune-threshold is a fraction (0.1 for 10%), got "
+                    f"{settings.tune_threshold:g}")
         if cfg.global_batch is not None:
             return ("--sync sma takes --batch-size, each learner's own batch, not "
                     "--global-batch (the global batch is workers x learners x batch size)")
@@ -81,9 +112,6 @@ class SMA(Strategy):
             return "--sync sma runs one batch per learner a step; leave out --accumulate"
         if cfg.compile:
             return "--sync sma runs its learners as one module of its own; leave out --compile"
-        if cfg.optimizer != "sgd":
-            return ("--sync sma trains its learners with SGD and averages with its own momentum "
-                    "(Crossbow's rule); leave out --optimizer adamw")
         if cfg.task is not None and m == "auto":
             return ("--learners auto tunes on the built-in image tasks' batches; give --task "
                     "a count of learners, e.g. --learners 2")
@@ -92,25 +120,28 @@ class SMA(Strategy):
     @classmethod
     def replicas_per_device(cls, cfg: TrainConfig) -> int:
         """The learners: ``--batch-size`` is each learner's, so a device trains that many."""
-        return cfg.learners if isinstance(cfg.learners, int) else 1
+        learners = cls.settings_of(cfg).learners
+        return learners if isinstance(learners, int) else 1
 
     @classmethod
     def resolves_before_training(cls, cfg: TrainConfig) -> bool:
         """``--learners auto`` is decided by Crossbow's auto-tuner (``sync.sma_tune``)."""
-        return cfg.learners == "auto"
+        return bool(cls.settings_of(cfg).learners == "auto")
 
     @classmethod
     def resolve(cls, cfg: TrainConfig, world, bundle, build_model, saved) -> Resolved:
         """``--learners auto``: tuned once per run, on real steps before training; a run that
-        continues from a checkpoint keeps the count it was tuned to."""
-        if cfg.learners != "auto":
+        continues from a checkpoint keeps the count it was tuned to (its ``decided`` options,
+        or, from a checkpoint written before those, its ``learners``)."""
+        if not cls.resolves_before_training(cfg):
             return Resolved(cfg)
         if saved is not None:
-            return Resolved(dataclasses.replace(cfg, learners=saved["learners"]))
+            count = (saved.get("decided") or {}).get("learners", saved.get("learners"))
+            return Resolved(_with_learners(cfg, count), decided={"learners": count})
         from parascale.sync import sma_tune
 
         count, tuning, seconds = sma_tune.tune(cfg, world, bundle, build_model, cls)
-        return Resolved(dataclasses.replace(cfg, learners=count), seconds, tuning)
+        return Resolved(_with_learners(cfg, count), seconds, tuning, {"learners": count})
 
     def __init__(self, cfg: TrainConfig, world):
         super().__init__(cfg, world)
@@ -120,14 +151,11 @@ class SMA(Strategy):
     def adopt(self, resolved: Resolved) -> None:
         self.tuning = list(resolved.notes or [])
 
-    @property  # a class attribute elsewhere: only a period of 1 exchanges every step here
-    def exchanges_every_step(self) -> bool:  # type: ignore[override]
-        return self.cfg.period == 1
-
     @property
     def count(self) -> int:
         """Learners on this device (``auto`` was resolved before the strategy was built)."""
-        return self.cfg.learners if isinstance(self.cfg.learners, int) else 1
+        learners = self.settings.learners
+        return learners if isinstance(learners, int) else 1
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from parascale.sync.learners import engine_for, make_learners
@@ -136,7 +164,7 @@ class SMA(Strategy):
         self.central = Flat(model)
         self.z = self.central.gather_params(self.central.new())
         self.delta_prev = torch.zeros_like(self.z)
-        self.engine = engine_for(self.count, self.cfg.sync_options.get("learner_engine", "auto"))
+        self.engine = engine_for(self.count, self.settings.learner_engine)
         self.learners = make_learners(model, self.count, self.engine)
         self.steps_since = 0
         self.syncs = 0
@@ -149,7 +177,7 @@ class SMA(Strategy):
         self._drop = False
         n = self.world.size
         self.bytes_per_sync = int(2 * (n - 1) / n * self.central.bytes)
-        self.bytes_per_step = self.bytes_per_sync // self.cfg.period
+        self.bytes_per_step = self.bytes_per_sync // self.settings.period
         return self.learners
 
     def step(self, optimizer: torch.optim.Optimizer, scaler: Any | None = None) -> None:
@@ -163,13 +191,13 @@ class SMA(Strategy):
         self._drop = self._drop or (self.cfg.lr_schedule == "step" and self._rate is not None
                                     and rate < self._rate)
         self._rate = rate
-        if self.steps_since + 1 == self.cfg.period:
+        if self.steps_since + 1 == self.settings.period:
             self._old = self.learners.vectors()  # w_old: before this step's update
         super().step(optimizer, scaler)
 
     def after_step(self, step: int) -> None:
         self.steps_since += 1
-        if self.steps_since < self.cfg.period:
+        if self.steps_since < self.settings.period:
             return
         self.steps_since = 0
         self._average()
@@ -178,23 +206,25 @@ class SMA(Strategy):
             self.resets += 1
             self._drop = False
 
-    @torch.no_grad()
     def _average(self) -> None:
-        old, z = self._old, self.z
-        now = self.learners.vectors()
-        self._note_distance(now)
-        corrections = self.cfg.sma_alpha * (old - z)
-        self.learners.set_vectors(now - corrections)
-        delta = corrections.sum(0)
-        if self.world.size > 1:
-            dist.all_reduce(delta)
-        delta += self.cfg.sma_momentum * self.delta_prev
-        self.delta_prev = delta
-        z += delta
-        self.central.scatter_params(z)
-        self._average_buffers()
-        self._old = None
-        self.syncs += 1
+        with torch.no_grad():  # a decorator would import torch with the registry
+            old, z = self._old, self.z
+            if old is None:  # taken in step() of the period's last step
+                raise RuntimeError("SMA averaged without the learners' weights before the step")
+            now = self.learners.vectors()
+            self._note_distance(now)
+            corrections = self.settings.sma_alpha * (old - z)
+            self.learners.set_vectors(now - corrections)
+            delta = corrections.sum(0)
+            if self.world.size > 1:
+                dist.all_reduce(delta)
+            delta += self.settings.sma_momentum * self.delta_prev
+            self.delta_prev = delta
+            z += delta
+            self.central.scatter_params(z)
+            self._average_buffers()
+            self._old = None
+            self.syncs += 1
 
     def _average_buffers(self) -> None:
         """The central model's batch-norm statistics: the mean of every learner's on every
@@ -244,16 +274,18 @@ class SMA(Strategy):
                 "stride": self._stride, "central_spread": self.central_spread,
                 "tuning": [dict(t) for t in self.tuning]}
 
-    @torch.no_grad()
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["central"])
-        self.central.gather_params(self.z)
-        self.delta_prev.copy_(state["delta_prev"])
-        self.steps_since, self.syncs = int(state["steps_since"]), int(state["syncs"])
-        self.resets, self._rate, self._drop = int(state["resets"]), state["rate"], state["drop"]
-        self.distances = [dict(d) for d in state["distances"]]
-        self._stride, self.central_spread = int(state["stride"]), float(state["central_spread"])
-        self.tuning = [dict(t) for t in state["tuning"]]
+        with torch.no_grad():  # a decorator would import torch with the registry
+            self.model.load_state_dict(state["central"])
+            self.central.gather_params(self.z)
+            self.delta_prev.copy_(state["delta_prev"])
+            self.steps_since, self.syncs = int(state["steps_since"]), int(state["syncs"])
+            self.resets, self._rate = int(state["resets"]), state["rate"]
+            self._drop = state["drop"]
+            self.distances = [dict(d) for d in state["distances"]]
+            self._stride = int(state["stride"])
+            self.central_spread = float(state["central_spread"])
+            self.tuning = [dict(t) for t in state["tuning"]]
 
     def before_evaluation(self) -> None:
         """z already agrees on every rank (the same corrections, all-reduced)."""
@@ -270,3 +302,7 @@ class SMA(Strategy):
                 "distance": self.distances, "distance_every": self._stride,
                 "central_spread": self.central_spread,
                 "tuning": self.tuning}
+
+
+def _with_learners(cfg: TrainConfig, count: int) -> TrainConfig:
+    return dataclasses.replace(cfg, sync_options={**cfg.sync_options, "learners": count})

@@ -67,7 +67,8 @@ def tune(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn.Mo
     """The count of learners to train with, the decisions, and the seconds tuning took. Every
     rank measures and all agree: throughput is the world's (samples over the slowest rank)."""
     started = time.perf_counter()
-    climb = HillClimb(cfg.tune_threshold, limit(cfg, world.size, len(bundle.train)))
+    climb = HillClimb(kind.settings_of(cfg).tune_threshold,
+                      limit(cfg, world.size, len(bundle.train)))
     while not climb.done:
         throughput = measure(cfg, world, bundle, build_model, climb.learners, kind)
         climb.observe(throughput, time.perf_counter() - started)
@@ -83,7 +84,8 @@ def measure(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn
             learners: int, kind: type[Strategy]) -> float:
     """Samples per second of the whole world training with ``learners`` per device under
     ``kind`` (SMA, which passes itself: this module does not import it back)."""
-    strategy = kind(dataclasses.replace(cfg, learners=learners), world)
+    strategy = kind(dataclasses.replace(
+        cfg, sync_options={**cfg.sync_options, "learners": learners}), world)
     net = strategy.wrap(build_model())
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)

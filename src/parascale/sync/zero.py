@@ -6,38 +6,63 @@ moments) is split by parameter across the ranks, so it costs 1/N of its replicat
 """
 from __future__ import annotations
 
-import torch
-from torch.distributed.optim import ZeroRedundancyOptimizer
+import inspect
+from typing import TYPE_CHECKING, Any
 
-from parascale.sync.allreduce import AllReduce
-from parascale.sync.options import Option
+from parascale import lazy
+from parascale.sync.allreduce import Bucketed
+from parascale.sync.traits import Pattern, Traits
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed.optim as distributed_optim
+else:  # the registry is read without torch: imported on first use
+    distributed_optim = lazy.module("torch.distributed.optim", globals())
 
 
 def rebuild(optimizer: torch.optim.Optimizer, **extra) -> torch.optim.Optimizer:
-    """``optimizer``'s class, parameter groups and settings, as a ZeroRedundancyOptimizer."""
+    """``optimizer``'s class, parameter groups and settings, as a ZeroRedundancyOptimizer.
+
+    Only the settings its class's constructor takes are passed on: torch keeps a few in
+    ``defaults`` that no constructor takes (AdamW's ``decoupled_weight_decay``, which its
+    class fixes), and the rebuilt optimizer's ``defaults`` get them again from the class."""
     groups = [{k: v for k, v in g.items() if k != "initial_lr"} for g in optimizer.param_groups]
-    return ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer),
-                                   **optimizer.defaults, **extra)
+    return distributed_optim.ZeroRedundancyOptimizer(
+        groups, optimizer_class=type(optimizer), **_constructor_settings(optimizer), **extra)
 
 
-class Zero(AllReduce):
+def _constructor_settings(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    accepted = inspect.signature(type(optimizer)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return dict(optimizer.defaults)
+    return {k: v for k, v in optimizer.defaults.items() if k in accepted}
+
+
+class Zero(Bucketed):
     """ZeRO stage 1 under DDP. The update itself, and its broadcast of each rank's updated
     parameters to the others, are the "optimizer" phase."""
 
     name = "zero"
-    shards_checkpoint = True  # each rank writes its optimizer part; any worker count reads it
-    # gradients travel uncompressed: the allreduce options stay allreduce's
-    declares: tuple[Option, ...] = ()  # type: ignore[assignment]
+    # each rank writes its optimizer part; any worker count reads it
+    traits = Traits(shards=frozenset({"state"}), shards_checkpoint=True, mean_gradient=True,
+                    script_refusal="it replaces the script's optimizer with a sharded one")
+    # gradients travel uncompressed (Bucketed's): the compression options stay allreduce's
 
     @classmethod
-    def refuse(cls, cfg) -> str | None:
-        return None  # allreduce's refusals concern compression, which zero does not take
+    def pattern(cls, settings) -> Pattern:
+        # DDP's allreduce (2 passes, hidden behind backward), then each rank's updated part
+        # broadcast to the others (1 pass, after the update)
+        return Pattern(overlaps=True, passes=3, after=1, stage=1)
+
+    @classmethod
+    def stages(cls) -> dict[int, dict[str, Any]]:
+        return {1: {}}
 
     def wrap(self, model):
         wrapped = super().wrap(model)
         n = self.world.size
         if n > 1:  # and each rank's updated part to the N-1 others: (N-1)/N of the parameters
-            self.bytes_per_step += int((n - 1) / n * sum(
+            self.bytes_per_step = (self.bytes_per_step or 0) + int((n - 1) / n * sum(
                 p.numel() * p.element_size() for p in model.parameters()))
         return wrapped
 

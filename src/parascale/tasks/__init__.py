@@ -60,6 +60,7 @@ def prepare(cfg) -> tuple[Task, DataBundle]:
 
 def preflight(cfg) -> dict[str, Any]:
     """A user's task loaded, checked and tried on two samples; the facts the plan needs."""
+    from parascale import sync
     from parascale.tasks import load, tryout
 
     task, bundle = _user(cfg)
@@ -69,9 +70,10 @@ def preflight(cfg) -> dict[str, Any]:
                          f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
                          "on; give a smaller --val-fraction, or more data")
     tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
-    if task.optimizer is not None and cfg.sync in ("parameter-server", "sma"):
+    traits = sync.traits_of(cfg.sync)
+    if task.optimizer is not None and traits.optimizer is not None:
         raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
-                         "use (it updates with its own SGD); leave optimizer out of the task")
+                         f"use (it {traits.optimizer_why}); leave optimizer out of the task")
     directions = {m.name: m.higher_is_better for m in task.all_metrics()}
     check_target(cfg, directions)
     return {"train": len(bundle.train), "test": len(bundle.test),

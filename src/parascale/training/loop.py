@@ -198,7 +198,7 @@ def _set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
     cpu = CpuWatch(world.host, world.local_rank)
-    progress = Progress(learners=cfg.learners if isinstance(cfg.learners, int) else None)
+    progress = Progress(decided=resolved.decided)
     run = Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
               StepClock(device), cpu, Profiler(cfg, world),
               NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parascale import precision
+from parascale import precision, sync
 from parascale.sync.base import unwrap
 
 BLOCKS = 10  # jackknife blocks of steps
@@ -214,4 +214,4 @@ def _why_not(cfg, world, strategy, scaler) -> str | None:
     if scaler is not None:
         return ("fp16's loss scale changes the gradients' size from step to step; measure the "
                 "noise scale in fp32 or bf16")
-    return strategy.noise_refusal()
+    return sync.noise_refusal(strategy)

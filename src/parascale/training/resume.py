@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parascale import safejson
+from parascale import safejson, sync
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
@@ -134,7 +134,7 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
     resized = manifest.get("world_size") != size
     if resized and (why := _fixed_size(manifest, cfg, size)):
         return why
-    theirs, mine = manifest.get("config") or {}, cfg.to_dict()
+    theirs, mine = _named(manifest.get("config") or {}), sync.settled(cfg).to_dict()
     may_differ = MAY_DIFFER | PER_WORLD if resized else MAY_DIFFER
     differ = [name for name in mine if name not in may_differ and name in theirs
               and json.dumps(theirs[name], sort_keys=True) != json.dumps(mine[name],
@@ -156,6 +156,16 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
     return None
 
 
+def _named(config: dict[str, Any]) -> dict[str, Any]:
+    """A configuration as a run records it: the strategy and its own options named (what
+    another parascale wrote, or a configuration never validated, may leave them out or hold
+    other strategies' options at their defaults); as it is if it cannot be read."""
+    try:
+        return sync.settled(TrainConfig.from_dict(config)).to_dict()
+    except (UsageError, TypeError, ValueError):
+        return config
+
+
 def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | None:
     """Why a checkpoint of ``manifest`` cannot continue on ``size`` workers, its world size
     being another, or None. Only one of a strategy that says it can (``resumes_resized``: each
@@ -163,15 +173,16 @@ def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | 
     and only with the global batch and learning rate it was written with (which older
     checkpoints do not state): the data order is then the same, each step's samples split
     otherwise."""
-    from parascale import sync
     from parascale.batch import derive
 
     before = manifest.get("world_size")
     kind = sync.strategy_of(cfg)
     if not kind.resumes_resized(cfg) or manifest.get("global_batch") is None:
+        able = [name for name in sync.names()
+                if sync.get(name).resumes_resized(sync.settled(TrainConfig(sync=name)))]
         return (f"it was written by {before} workers and this run has {size}; the data order, "
                 "each rank's state and the strategy's depend on it (checkpoints of --sync "
-                "allreduce, zero and fsdp resume on any number)")
+                f"{', '.join(able)} resume on any number)")
     derived = derive(cfg, size, kind.replicas_per_device(cfg))
     if derived.global_batch != manifest["global_batch"]:
         return (f"it was written with a global batch of {manifest['global_batch']} and this "

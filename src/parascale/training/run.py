@@ -54,7 +54,9 @@ class Progress:
     rows: dict[int, Rows] = field(default_factory=dict)  # this rank's step rows per epoch
     warm: set[int] = field(default_factory=lambda: {1})  # warm-up epochs: 1, each resume's
     resumed: list[dict[str, Any]] = field(default_factory=list)  # every resume, oldest first
-    learners: int | None = None  # SMA's learner count, once resolved (tuned once per run)
+    #: the options the strategy decided before training (``Strategy.resolve``: SMA's tuned
+    #: learners), kept in checkpoints so that a resumed run goes on with them
+    decided: dict[str, Any] = field(default_factory=dict)
     t_start: float = 0.0  # perf_counter at step 0 of the run (earlier attempts' time included)
     elapsed_before: float = 0.0  # training time before the checkpoint this attempt resumed
     epoch_part: dict[str, Any] | None = None  # the resumed epoch's measurements before it
@@ -68,7 +70,7 @@ class Progress:
         each rank's rows are kept beside it, see training/state.py)."""
         return {"epochs": [e.to_dict() for e in self.epochs], "tta": self.tta,
                 "elapsed_s": self.elapsed(), "warm": sorted(self.warm),
-                "resumed": [dict(r) for r in self.resumed], "learners": self.learners}
+                "resumed": [dict(r) for r in self.resumed], "decided": dict(self.decided)}
 
     def load_state_dict(self, state: dict[str, Any], unit: Unit = SAMPLES) -> None:
         """Go on from a checkpoint's ``progress`` entry (``unit``: the task's)."""
@@ -76,7 +78,8 @@ class Progress:
         self.tta, self.elapsed_before = state["tta"], float(state["elapsed_s"])
         self.warm = set(state["warm"])
         self.resumed = [dict(r) for r in state["resumed"]]
-        self.learners = state["learners"]
+        # a checkpoint from before ``decided`` holds none: what resolve read from it stands
+        self.decided = dict(state.get("decided", self.decided))
 
 
 @dataclass
