@@ -65,7 +65,6 @@ IN_MEMORY = {
     "data/handover.py": 1, "hpo/study.py": 2, "bench/study.py": 5, "bench/plan.py": 3,
     "bench/runner.py": 1, "bench/expr.py": 1,
     "predict/table.py": 1,  # prediction.json: written with allow_nan=False already
-    "sync/ps_protocol.py": 1,  # a parameter server's message: sync/ is another helper's
 }
 
 

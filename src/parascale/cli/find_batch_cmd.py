@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import textwrap
 from typing import Any
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from parascale import sync
 from parascale.cli.options import add_train_options, config_from_args, flag, sync_help
 from parascale.errors import UsageError
-from parascale.script.options import FIELDS, taken
+from parascale.script.options import taken
 
 
 DESCRIPTION = """\

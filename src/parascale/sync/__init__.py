@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from parascale.config import TrainConfig
+from parascale import safejson
 from parascale.errors import UsageError
 from parascale.runtime import contract
 from parascale.sync.allreduce import AllReduce
@@ -84,7 +85,7 @@ def _remember(spec: str, add: bool) -> None:
     held = _inherited()
     held = [s for s in held if s != spec] + ([spec] if add else [])
     if held:
-        os.environ[contract.STRATEGIES] = json.dumps(held)
+        os.environ[contract.STRATEGIES] = safejson.dumps(held)
     else:
         os.environ.pop(contract.STRATEGIES, None)
 

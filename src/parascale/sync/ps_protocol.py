@@ -30,7 +30,7 @@ import datetime
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
-from parascale import lazy
+from parascale import lazy, safejson
 from parascale.runtime import contract
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Spec:
     compression: str = "none"  # of the gradients the workers push (sync/compression.py)
 
     def to_env(self) -> str:
-        return json.dumps(asdict(self))
+        return safejson.dumps(asdict(self))
 
     @classmethod
     def from_env(cls) -> Spec:
