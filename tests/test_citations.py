@@ -8,9 +8,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ["src", "docs", "benchmarks", "examples", "README.md"]
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".toml"}
-#: src/parascale/sync/ was being restructured by another change when these citations were
-#: replaced; its one is left to that change (issue 32, item 20), and must then leave this list
-PENDING = {"src/parascale/sync/sma.py"}
 
 
 def _shipped() -> list[Path]:
@@ -26,7 +23,7 @@ def test_nothing_shipped_cites_a_file_the_repository_does_not_have():
     assert not (ROOT / "REFERENCE.md").exists()  # else citing it would be fine
     citing = {str(p.relative_to(ROOT)) for p in _shipped()
               if "REFERENCE.md" in p.read_text(errors="replace")}
-    assert citing == PENDING, sorted(citing)
+    assert citing == set(), sorted(citing)
 
 
 def test_the_25gbe_preset_cites_horovods_paper_itself():

@@ -1,7 +1,7 @@
 """Crossbow's Synchronous Model Averaging: several learners per device and a central model.
 
 Koliousis et al., "Crossbow: Scaling Deep Learning with Small Batch Sizes on Multi-GPU Servers"
-(VLDB 2019); the arithmetic follows their CUDA/C sources (REFERENCE.md, section 4). Each of the
+(VLDB 2019); the arithmetic follows their CUDA/C sources (github.com/lsds/Crossbow). Each of the
 M learners on a device is a model replica with its own batch (``--batch-size`` each, so a device
 trains M batches a step) and its own momentum-SGD state: one SGD optimizer over the learners'
 parameters is M independent ones, since momentum and weight decay act element by element. Every
