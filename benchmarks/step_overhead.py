@@ -24,8 +24,8 @@ from parascale.config import TrainConfig
 from parascale.runtime import joined
 from parascale.runtime.local import open_store
 from parascale.runtime.world import LOCAL_ENV
-from parascale.training import loop
-from parascale.training.measure import LossTally
+from parascale.training.loop import train as loop
+from parascale.training.observe.measure import LossTally
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import GPU_TIER, run_training
-from parascale.training import checkpoint
+from parascale.training.checkpoint import disk as checkpoint
 
 pytestmark = GPU_TIER
 

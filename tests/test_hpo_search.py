@@ -19,7 +19,7 @@ from parascale.hpo import study as studies
 from parascale.studydb import open_storage
 from conftest import wait_until
 
-from parascale.training.pruning import ENV as JUDGE_ENV
+from parascale.training.loop.pruning import ENV as JUDGE_ENV
 
 pytestmark = pytest.mark.slow
 

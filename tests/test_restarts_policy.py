@@ -13,7 +13,7 @@ from parascale.runtime import local
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.failure import repeats
 from parascale.runtime.faults import ENV, Faults
-from parascale.training.console import ConsoleLog, terminal
+from parascale.training.observe.console import ConsoleLog, terminal
 
 
 @pytest.mark.parametrize("outcome, restartable", [

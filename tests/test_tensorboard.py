@@ -9,7 +9,7 @@ import pytest
 from conftest import run_training
 from helpers import assert_matches, one_error_line, series
 from parascale.cli.main import main
-from parascale.training.board import Board
+from parascale.training.observe.tensorboard import Board
 
 PARTS = {"step_time/data", "step_time/compute", "step_time/sync", "step_time/optimizer",
          "step_time/step"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from parascale.training.measure import StepClock
+from parascale.training.observe.measure import StepClock
 
 
 def _step(clock: StepClock) -> None:

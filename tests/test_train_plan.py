@@ -7,7 +7,7 @@ import pytest
 
 from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig
-from parascale.training import loop
+from parascale.training.loop import train as loop
 
 CFG = TrainConfig(batch_size=10, steps=7, warmup_epochs=0.5)
 

@@ -25,7 +25,7 @@ from parascale import record as rec
 TOKENS = "tokens"
 STEP_SPLIT = "step_split_s"  # the epoch entry's mean step time by part
 SPLITS = ("test_", "val_")  # an evaluation's figure is <split>_<metric>: test_loss, val_mae
-#: an entry's figures from the gradient noise scale (training/noise.py), as it gives them
+#: an entry's figures from the gradient noise scale (training/observe/noise.py), as it gives them
 NOISE = ("noise_scale", "noise_scale_se", "grad_sq", "trace_sigma", "noise_steps", "noise_note")
 #: an entry's per-token figures: derived from its own on the way out, never kept
 PER_TOKEN = ("tokens_per_s", "test_perplexity", "val_perplexity")

@@ -260,7 +260,7 @@ class _Checker:
 
     def __call__(self, cfg: TrainConfig, size: int) -> dict[str, Any]:
         """``cfg`` (which ``_job`` validated) through the trainer's checks, once."""
-        from parascale.training.preflight import plan_checked
+        from parascale.training.launch.preflight import plan_checked
 
         key = json.dumps([cfg.to_dict(), size], sort_keys=True, default=str)
         if key not in self.seen:

@@ -138,7 +138,7 @@ def _joined(cfg, script: Path, argv: list[str]) -> int:
     if speaks():  # rank 0 writes; the others' default --out may differ by a second
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
         from parascale.record import LOG_NAME
-        from parascale.training.console import ConsoleLog
+        from parascale.training.observe.console import ConsoleLog
 
         log = ConsoleLog(Path(cfg.out) / LOG_NAME, fresh=True)
         log.line(f"--- parascale run {script.name}, {launcher_name()} launch ---")

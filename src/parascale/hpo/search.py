@@ -24,7 +24,7 @@ from parascale.hpo.slots import Slot
 from parascale.hpo.space import Param, config, settings
 from parascale.hpo.trial import ERROR_NAME, SPEC_ENV
 from parascale.runtime import processes
-from parascale.training.pruning import ENV as JUDGE_ENV
+from parascale.training.loop.pruning import ENV as JUDGE_ENV
 
 POLL_S = 0.2
 GRACE_S = 10.0  # an interrupted trial's time to stop its workers (their own grace is 5 s)

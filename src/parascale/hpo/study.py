@@ -19,7 +19,7 @@ from parascale import safejson
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale import studydb as storage
-from parascale.training.pruning import make_pruner
+from parascale.training.loop.pruning import make_pruner
 
 INTERRUPTED = "interrupted"  # user attribute of a trial whose search ended while it ran
 OWNER = "owner"  # user attribute: which search process runs the trial

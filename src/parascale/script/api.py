@@ -3,7 +3,7 @@
 It joins the world the script was started in (``parascale run``'s, torchrun's, srun's, or a
 world of one when the script runs as a plain process), wraps the model and optimizer for the
 chosen strategy, shards the training DataLoader, and measures each step as the trainer does
-(training/measure.py): the sharded loader marks where a step starts and where its batch is
+(training/observe/measure.py): the sharded loader marks where a step starts and where its batch is
 ready, the optimizer's ``step`` (patched on the instance, so the object stays the user's, and
 LR schedulers and ``isinstance`` keep working) marks compute, exposed sync and optimizer time.
 One pass over the sharded loader is one epoch of the record.
@@ -28,11 +28,11 @@ from parascale.runtime import World
 from parascale.tasks.base import to_device
 from parascale.script import shard
 from parascale.script.recording import Measured, make_record
-from parascale.training.board import open_board
-from parascale.training.contention import CpuWatch
-from parascale.training.epochs import epoch_entry
-from parascale.training.measure import LossTally, StepClock
-from parascale.training.run import Progress
+from parascale.training.observe.tensorboard import open_board
+from parascale.training.observe.contention import CpuWatch
+from parascale.training.record.epochs import epoch_entry
+from parascale.training.observe.measure import LossTally, StepClock
+from parascale.training.loop.run import Progress
 
 #: metrics whose direction needs no saying
 DIRECTIONS = {"loss": False, "accuracy": True}

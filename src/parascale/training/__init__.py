@@ -13,10 +13,10 @@ from typing import Any
 from parascale.config import TrainConfig, check_run_folder
 from parascale.errors import UsageError
 from parascale.runtime import external_launcher, memory_cap
-from parascale.training import resume
-from parascale.training.launcher import launch_local
-from parascale.training.loop import run_worker
-from parascale.training.preflight import (plan_checked, preflight, threads_per_worker,
+from parascale.training.checkpoint import resume
+from parascale.training.launch.launcher import launch_local
+from parascale.training.loop.train import run_worker
+from parascale.training.launch.preflight import (plan_checked, preflight, threads_per_worker,
                                           world_size_for)
 from parascale.validation import validate
 

@@ -8,12 +8,12 @@ What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
 - ``shared``: the model and optimizer (and gradient scaler) when every rank holds the same
   (``Strategy.replicas_agree``); otherwise each rank's own are in ``ranks``. Under a strategy
   whose ranks hold parts of them (``Strategy.shards_checkpoint``, ``sharded`` True), the model
-  and optimizer are in the files every rank writes beside it (training/sharded.py), and
+  and optimizer are in the files every rank writes beside it (training/checkpoint/sharded.py), and
   ``shared`` holds the gradient scaler alone.
 - ``ranks``: per rank, the strategy's state (``Strategy.state_dict``), every RNG state (torch's
   global CPU and CUDA generators, numpy's, Python's, and the epoch's augmentation generator,
   seeded per rank), and what the epoch in progress has measured (loss sum, time, step rows).
-- ``progress``: what the record needs from before (``Progress.state_dict``, training/run.py):
+- ``progress``: what the record needs from before (``Progress.state_dict``, training/loop/run.py):
   finished epochs, time-to-accuracy, training time so far, earlier resumes, SMA's tuned learner
   count. Each rank's step rows of finished epochs are in ``ranks``.
 
@@ -34,8 +34,8 @@ from torch import nn
 from parascale.sync.base import unwrap
 
 if TYPE_CHECKING:
-    from parascale.training.resume import Choice
-    from parascale.training.run import Run
+    from parascale.training.checkpoint.resume import Choice
+    from parascale.training.loop.run import Run
 
 
 def _tensors(value: Any, change) -> Any:
@@ -143,7 +143,7 @@ def restore(run: Run, saved: dict[str, Any], where: Path) -> dict[str, Any]:
     the checkpoint. ``where``: the checkpoint (a sharded one's folder holds the model)."""
     mine = _mine(saved["ranks"], run.world.rank, run.world.size)
     if saved.get("sharded"):
-        from parascale.training import sharded
+        from parascale.training.checkpoint import sharded
 
         sharded.load(run, where)
         trained = _owned(saved["shared"])

@@ -20,7 +20,7 @@ import torch
 
 if TYPE_CHECKING:
     from parascale.runrecord import EpochEntry
-    from parascale.training.run import Progress
+    from parascale.training.loop.run import Progress
 
 PHASES = ("data", "compute", "sync", "optimizer")
 

@@ -3,9 +3,9 @@ the watches) and where training stands (``Progress``: steps, epochs, measurement
 
 ``Progress`` is the one owner of the run's state: the loop advances it, a checkpoint saves what
 its ``state_dict`` returns (and each rank's step rows), and a resume puts it back through
-``load_state_dict`` (training/state.py), the way torchtitan's checkpointer treats its
+``load_state_dict`` (training/checkpoint/state.py), the way torchtitan's checkpointer treats its
 ``Stateful`` components. ``Summary`` is what the finished run hands to the record
-(training/assemble.py).
+(training/record/assemble.py).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from parascale.runrecord import SAMPLES, EpochEntry, Unit
-from parascale.training.measure import Steady
-from parascale.training.memory_split import MemorySplit
+from parascale.training.observe.measure import Steady
+from parascale.training.observe.memory_split import MemorySplit
 
 if TYPE_CHECKING:
     from parascale.batch import Plan
@@ -28,15 +28,15 @@ if TYPE_CHECKING:
     from parascale.runtime import World
     from parascale.runtime.faults import Faults
     from parascale.sync.base import Strategy
-    from parascale.training.board import Board
-    from parascale.training.contention import CpuWatch
-    from parascale.training.divergence import DivergenceWatch
-    from parascale.training.keeper import Keeper
-    from parascale.training.measure import StepClock
-    from parascale.training.noise import NoiseScale
-    from parascale.training.profiling import Profiler
-    from parascale.training.pruning import Judge
-    from parascale.training.resume import Choice
+    from parascale.training.observe.tensorboard import Board
+    from parascale.training.observe.contention import CpuWatch
+    from parascale.training.observe.divergence import DivergenceWatch
+    from parascale.training.checkpoint.writer import Keeper
+    from parascale.training.observe.measure import StepClock
+    from parascale.training.observe.noise import NoiseScale
+    from parascale.training.observe.profiling import Profiler
+    from parascale.training.loop.pruning import Judge
+    from parascale.training.checkpoint.resume import Choice
 
 Rows = list[list[float]]  # one step per row: data, compute, sync, optimizer, step (seconds)
 
@@ -67,7 +67,7 @@ class Progress:
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps for the record (the ``progress`` entry; the position and
-        each rank's rows are kept beside it, see training/state.py)."""
+        each rank's rows are kept beside it, see training/checkpoint/state.py)."""
         return {"epochs": [e.to_dict() for e in self.epochs], "tta": self.tta,
                 "elapsed_s": self.elapsed(), "warm": sorted(self.warm),
                 "resumed": [dict(r) for r in self.resumed], "decided": dict(self.decided)}
@@ -122,7 +122,7 @@ class Times:
 
 @dataclass
 class Summary:
-    """What a finished run hands to the record (training/assemble.py)."""
+    """What a finished run hands to the record (training/record/assemble.py)."""
 
     epochs: list[EpochEntry]
     steady: Steady

@@ -3,7 +3,7 @@
 DCP pickles its metadata and reads it back with ``pickle.load``; here an unpickler builds
 nothing but DCP's own metadata classes and the few plain types they hold, so that a forged
 checkpoint cannot run code (the checksums catch damage, not forgery). Kept apart from
-training/sharded.py, which writes and loads the state, so that checkpoint.py can check a
+training/checkpoint/sharded.py, which writes and loads the state, so that checkpoint.py can check a
 found checkpoint's metadata without importing what imports it.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Under ``--sync zero`` a rank holds the optimizer state of its parameters only, under ``--sync
 fsdp`` its shards of the parameters, gradients and optimizer state. Gathering them on rank 0,
-as the replicated checkpoints do (training/state.py), would need the whole state in one
+as the replicated checkpoints do (training/checkpoint/state.py), would need the whole state in one
 process, which is what sharding avoids. Here the model and the optimizer's state go through
 ``get_state_dict`` (FSDP2's DTensors, and ZeRO's local optimizer, keyed by parameter name with
 ``flatten_optimizer_state_dict``) into ``dcp.save``; on resume, ``dcp.load`` fills each rank's
@@ -12,7 +12,7 @@ own parts as the new world lays them out, whatever the world that wrote them.
 Only tensors go into DCP's files: DCP pickles anything else and reads it back with
 ``weights_only=False``, and the optimizer's other entries (learning rate, momentum...) are the
 configuration's, which a resume must give again anyway. DCP's ``.metadata`` is a pickle too;
-it is read by training/dcp_metadata.py, which builds nothing but DCP's own metadata classes.
+it is read by training/checkpoint/dcp_metadata.py, which builds nothing but DCP's own metadata classes.
 
 The folder is written under a temporary name (checkpoint.temporary), each rank hashes the
 files it wrote, and rank 0 writes the rest of the run's state beside them, hashes what is left
@@ -34,11 +34,11 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state
                                                      set_state_dict)
 
 from parascale.files import full_disk, no_space
-from parascale.training import checkpoint
-from parascale.training.dcp_metadata import Reader
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint.dcp_metadata import Reader
 
 if TYPE_CHECKING:
-    from parascale.training.run import Run
+    from parascale.training.loop.run import Run
 
 #: optimizer state keyed "state.<parameter>.<name>": a rank's part is the keys of its
 #: parameters, whatever partition wrote them

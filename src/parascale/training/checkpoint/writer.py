@@ -4,7 +4,7 @@
 epoch whose number N divides. A step checkpoint that falls on an epoch's last step is written
 after the epoch's entry (and evaluation) instead, so that a resume starts the next epoch with
 the finished one recorded. Writing is collective (every rank's state is gathered; under a sharded
-strategy every rank also writes its part of the model and optimizer, training/sharded.py);
+strategy every rank also writes its part of the model and optimizer, training/checkpoint/sharded.py);
 rank 0 writes the files, removes the ones beyond ``--keep``, and says one line; every rank
 waits for that.
 """
@@ -19,12 +19,13 @@ import torch.distributed as dist
 
 from parascale.config import TrainConfig
 from parascale.record import VERSION, now
-from parascale.training import checkpoint, state
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import state
 
 if TYPE_CHECKING:
     from parascale.batch import Plan
     from parascale.runtime import World
-    from parascale.training.run import Run
+    from parascale.training.loop.run import Run
 
 
 class Keeper:
@@ -58,7 +59,7 @@ class Keeper:
                     "torch": torch.__version__, "config": self.cfg.to_dict()}
         found: checkpoint.Found | None = None
         if run.strategy.shards_checkpoint:  # every rank writes its part
-            from parascale.training import sharded
+            from parascale.training.checkpoint import sharded
 
             found = sharded.write(run, self.folder, position["step"], saved, manifest)
         elif saved is not None:  # rank 0

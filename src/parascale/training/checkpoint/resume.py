@@ -26,7 +26,7 @@ from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.record import now
 from parascale.runtime import env
-from parascale.training import checkpoint
+from parascale.training.checkpoint import disk as checkpoint
 
 #: settings a resumed run may change: where and how it runs, how long, what it measures. Every
 #: other one shapes the trajectory and must be the checkpoint's. The world size is compared

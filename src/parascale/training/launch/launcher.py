@@ -28,9 +28,10 @@ from parascale.config import TrainConfig
 from parascale.errors import NoSpace
 from parascale.runtime import contract, launch, open_store
 from parascale.runtime.staging import produce
-from parascale.training import checkpoint, resume
-from parascale.training.console import ConsoleLog
-from parascale.training.preflight import threads_per_worker
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import resume
+from parascale.training.observe.console import ConsoleLog
+from parascale.training.launch.preflight import threads_per_worker
 
 __all__ = ["Job", "launch_job", "launch_local"]
 
@@ -79,7 +80,7 @@ def launch_local(cfg: TrainConfig, size: int, plan: Plan, since: tuple[str, floa
                 contract.CHECKPOINTS: str(checkpoints or ""),
                 contract.RESUME: choice.to_env() if choice else ""}
 
-    return launch_job(Job(cfg, size, "parascale.training.worker", env, "parascale train",
+    return launch_job(Job(cfg, size, "parascale.training.launch.worker", env, "parascale train",
                           f"{size} worker{'s' if size > 1 else ''}", plan, choice,
                           list(said or [])), since)
 

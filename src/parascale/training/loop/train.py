@@ -24,23 +24,26 @@ from parascale.record import now
 from parascale.runrecord import EpochEntry
 from parascale.runtime import World, env, joined, resolve_backend, resolve_device_type
 from parascale.runtime.faults import Faults
-from parascale.training import checkpoint, console, resume, state
-from parascale.training import lr as lr_rule
-from parascale.training.assemble import assemble
-from parascale.training.board import open_board
-from parascale.training.contention import CpuWatch
-from parascale.training.divergence import DivergenceWatch, advice
-from parascale.training.epochs import epoch_entry
-from parascale.training.evaluate import evaluate
-from parascale.training.judging import epoch_line, time_to_target
-from parascale.training.keeper import Keeper
-from parascale.training.measure import LossTally, StepClock, steady
-from parascale.training.memory_split import MemorySplit
-from parascale.training.noise import NoiseScale
-from parascale.training.profiling import Profiler
-from parascale.training.pruning import Judge
-from parascale.training.run import Progress, Run, Summary, Times
-from parascale.training.sampling import train_shard
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.observe import console
+from parascale.training.checkpoint import resume
+from parascale.training.checkpoint import state
+from parascale.training.loop import lr as lr_rule
+from parascale.training.record.assemble import assemble
+from parascale.training.observe.tensorboard import open_board
+from parascale.training.observe.contention import CpuWatch
+from parascale.training.observe.divergence import DivergenceWatch, advice
+from parascale.training.record.epochs import epoch_entry
+from parascale.training.loop.evaluate import evaluate
+from parascale.training.loop.judging import epoch_line, time_to_target
+from parascale.training.checkpoint.writer import Keeper
+from parascale.training.observe.measure import LossTally, StepClock, steady
+from parascale.training.observe.memory_split import MemorySplit
+from parascale.training.observe.noise import NoiseScale
+from parascale.training.observe.profiling import Profiler
+from parascale.training.loop.pruning import Judge
+from parascale.training.loop.run import Progress, Run, Summary, Times
+from parascale.training.loop.sampling import train_shard
 
 
 def run_worker(cfg: TrainConfig, teardown: bool = True,

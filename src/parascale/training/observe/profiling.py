@@ -20,7 +20,7 @@ from parascale import safejson
 from parascale.config import TrainConfig, profile_steps
 from parascale.record import TRACES_NAME
 from parascale.runtime.world import World
-from parascale.training import resume
+from parascale.training.checkpoint import resume
 
 TRACES = TRACES_NAME  # the folder beside the record
 # one shared object: outside the window a phase costs a test and no allocation
