@@ -83,7 +83,8 @@ def test_only_the_record_builder_makes_a_run_record():
             if made:
                 makers.setdefault(name, []).append(made)
     assert set(makers) == {"runrecord.py", "training/record/assemble.py"}
-    assert makers["training/record/assemble.py"] == ["RunSummary"]  # its figures, handed to finished()
+    # its figures, handed to finished()
+    assert makers["training/record/assemble.py"] == ["RunSummary"]
     assert "Record" in makers["runrecord.py"]
 
 
@@ -91,6 +92,7 @@ def test_the_epoch_entry_is_made_in_one_place_for_train_and_run():
     made = {name for name, tree in _trees().items() for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "EpochEntry"}
-    assert made == {"training/record/epochs.py"}  # and EpochEntry.from_dict, a classmethod (cls(...))
+    # and EpochEntry.from_dict, a classmethod (cls(...))
+    assert made == {"training/record/epochs.py"}
     users = {name for name, tree in _trees().items() if "epoch_entry" in _calls(tree, {"epoch_entry"})}
-    assert users == {"training/loop/train.py", "script/api.py"}
+    assert users == {"training/loop/step.py", "script/api.py"}

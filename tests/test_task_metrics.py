@@ -11,7 +11,7 @@ from parascale.tasks import Metric, Task, build_optimizer, samples_in
 from parascale.tasks.builtin import accuracy, cross_entropy
 from parascale.tasks.data import DatasetSplit
 from parascale.training.loop.evaluate import evaluate_alone
-from parascale.training.loop.judging import time_to_target
+from parascale.training.record.target import time_to_target
 
 
 class Counting(nn.Module):

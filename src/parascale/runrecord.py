@@ -177,7 +177,7 @@ class RunSummary:
 
     setup_time_s: float  # worker start to the first step
     total_time_s: float  # the run's training time (earlier attempts' up to a resume included)
-    steady: dict[str, Any]  # training.measure.steady_figures: steady epoch time, throughput
+    steady: dict[str, Any]  # training.observe.measure.steady_figures: steady epoch time, throughput
 
 
 @dataclass

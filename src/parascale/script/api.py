@@ -32,7 +32,7 @@ from parascale.training.observe.tensorboard import open_board
 from parascale.training.observe.contention import CpuWatch
 from parascale.training.record.epochs import epoch_entry
 from parascale.training.observe.measure import LossTally, StepClock
-from parascale.training.loop.run import Progress
+from parascale.training.record.progress import Progress
 
 #: metrics whose direction needs no saying
 DIRECTIONS = {"loss": False, "accuracy": True}

@@ -16,9 +16,9 @@ from parascale.runtime import World
 from parascale.sync.base import Strategy
 from parascale.training.record.assemble import assemble
 from parascale.training.observe.contention import CpuWatch
-from parascale.training.loop.judging import time_to_target
-from parascale.training.observe.measure import steady
-from parascale.training.loop.run import Progress, Summary, Times
+from parascale.training.record.target import time_to_target
+from parascale.training.record.progress import Progress
+from parascale.training.record.summary import Summary, Times, steady
 
 NOT_MEASURED = "parascale run does not measure a script's gradient noise scale"
 

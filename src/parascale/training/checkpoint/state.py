@@ -13,9 +13,9 @@ What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
 - ``ranks``: per rank, the strategy's state (``Strategy.state_dict``), every RNG state (torch's
   global CPU and CUDA generators, numpy's, Python's, and the epoch's augmentation generator,
   seeded per rank), and what the epoch in progress has measured (loss sum, time, step rows).
-- ``progress``: what the record needs from before (``Progress.state_dict``, training/loop/run.py):
-  finished epochs, time-to-accuracy, training time so far, earlier resumes, SMA's tuned learner
-  count. Each rank's step rows of finished epochs are in ``ranks``.
+- ``progress``: what the record needs from before (``Progress.state_dict``,
+  training/record/progress.py): finished epochs, time-to-accuracy, training time so far, earlier
+  resumes, SMA's tuned learner count. Each rank's step rows of finished epochs are in ``ranks``.
 
 Gathering is collective (``gather_object`` to rank 0, which alone writes); it happens after the
 divergence check has decided every step so far, so a checkpoint never holds a diverged model.
@@ -34,7 +34,6 @@ from torch import nn
 from parascale.sync.base import unwrap
 
 if TYPE_CHECKING:
-    from parascale.training.checkpoint.resume import Choice
     from parascale.training.loop.run import Run
 
 
@@ -172,26 +171,3 @@ def _mine(ranks: list[dict[str, Any]], rank: int, size: int) -> dict[str, Any]:
         mine["epoch_part"] = {**part, "loss_sum": torch.tensor(total / size, dtype=torch.float64),
                               "noise": None}
     return mine
-
-
-def continue_run(run: Run, saved: dict[str, Any], choice: Choice) -> None:
-    """Take the run up where checkpoint ``saved`` left it: state (collective, see
-    :func:`restore`), position, what the record needs, and one line on rank 0."""
-    from parascale.runtime import env
-
-    mine = restore(run, saved, Path(choice.path))
-    progress, position = run.progress, saved["position"]
-    progress.load_state_dict(saved["progress"], run.task.throughput_unit())
-    progress.position, progress.step = dict(position), int(position["step"])
-    progress.warm.add(int(position["epoch"]))  # a new process warms up
-    progress.resumed.append(choice.entry())
-    if mine["epoch_part"] is not None:
-        progress.epoch_part = {**mine["epoch_part"], "generator": mine["rng"]["epoch"]}
-    if run.world.is_main:
-        where = (f"in epoch {position['epoch']} after its step {position['done']}"
-                 if position["done"] else f"at the start of epoch {position['epoch']}"
-                 if progress.step < run.plan.total_steps else "after the last step")
-        how = {"resume": "--resume", "restart": f"restart {env.attempt()}",
-               "torchrun": f"torchrun's restart {env.attempt()}"}.get(choice.by, choice.by)
-        print(f"parascale: continuing from {choice.label} ({how}): step {progress.step} of "
-              f"{run.plan.total_steps}, {where}", flush=True)

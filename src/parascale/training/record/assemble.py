@@ -22,7 +22,7 @@ from parascale.sync.base import Strategy
 from parascale.training.observe.contention import machine_section
 from parascale.training.observe.measure import peak_memory, steady_figures, step_summary
 from parascale.training.observe.memory_split import MemorySplit
-from parascale.training.loop.run import Summary
+from parascale.training.record.summary import Summary
 
 
 def _device_name(device: torch.device) -> str:
@@ -44,7 +44,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
     writes model.pt (with ``cfg.save_model``) and record.json into ``cfg.out``, and returns the
     record as written; None on other ranks.
 
-    ``summary`` (training/loop/run.py) is this rank's: its epoch entries (every rank's figures
+    ``summary`` (training/record/summary.py) is this rank's: its epoch entries (every rank's figures
     already), its steady step rows, what was left out of them and which steps they are; its
     share of the contention measurement; the trial's number and the epoch it was pruned after,
     in a hyperparameter search; the record's ``resumed``, ``restarts``, ``checkpoints``,

@@ -1,38 +1,17 @@
-"""How an epoch is judged and said: time-to-target on any metric of the task, in its
-direction, and rank 0's epoch line in the task's unit with its metrics."""
+"""What rank 0 says of the run as it trains: the banner before the first step (its world,
+batch, learning rate and steps) and each epoch's line, in the task's unit with its metrics."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import cast
+
+import torch
 
 from parascale import tasks
 from parascale.batch import Plan
 from parascale.config import TrainConfig
+from parascale.data import DataBundle
 from parascale.runrecord import EpochEntry
-
-
-def time_to_target(cfg: TrainConfig, directions: Mapping[str, bool | None], entry: EpochEntry,
-                   tta: dict | None) -> dict | None:
-    """The record's ``time_to_accuracy`` after ``entry``: the first evaluated epoch whose
-    metric reached the target (at least it when higher is better, at most it otherwise), on
-    the test set, or the validation split with --no-evaluate-test. ``directions``: whether
-    a higher value is better, by metric (``Task.directions``)."""
-    target = tasks.target_of(cfg)
-    if target is None:
-        return None
-    if tta and tta["reached"]:
-        return tta
-    name, value = target
-    higher = directions[name]
-    split = "test" if cfg.evaluate_test else "val"
-    seen = entry.metrics.get(f"{split}_{name}")
-    reached = seen is not None and (seen >= value if higher else seen <= value)
-    # an accuracy target's record reads as it always did; readers take accuracy, higher
-    named = {} if name == "accuracy" else {"metric": name, "higher_is_better": higher}
-    return {"target": value, **named, "reached": reached,
-            "split": "test" if cfg.evaluate_test else "validation",
-            "epoch": entry.epoch if reached else None,
-            "elapsed_s": entry.elapsed_s if reached else None}
+from parascale.runtime import World
 
 
 def _figure(name: str, value: float) -> str:
@@ -70,3 +49,25 @@ def epoch_line(entry: EpochEntry, plan: Plan, task: tasks.Task) -> str:
     rate = cast(float, entry.throughput) * task.units_per_sample
     return (f"epoch {entry.epoch}/{plan.epochs}{note}: {entry.wall_time_s:.2f} s, "
             f"{rate:,.0f} {task.unit}/s, train loss {entry.train_loss:.4f}{test}")
+
+
+def banner(cfg: TrainConfig, world: World, plan: Plan, bundle: DataBundle,
+           task: tasks.Task) -> None:
+    """Rank 0's lines before the first step: the task, world and strategy; the batch and
+    learning rate; the steps and the data."""
+    d = plan.derived
+    threads = torch.get_num_threads()
+    rule = "" if cfg.lr_scaling == "none" else \
+        f" ({cfg.lr_scaling} scaling from base batch {d.base_batch})"
+    warm = f", warm-up {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""
+    accumulate = f" x {cfg.accumulate} accumulation steps" if cfg.accumulate > 1 else ""
+    print(f"parascale: {task.name}, {world.size} worker(s) on "
+          f"{world.device.type} ({world.backend}, {world.launcher} launch, {threads} thread(s) "
+          f"per worker), sync {cfg.sync}", flush=True)
+    print(f"  batch {d.per_device_batch} per device x {world.size} workers{accumulate} = "
+          f"{d.global_batch} global; lr {cfg.lr:g} -> {d.effective_lr:g}{rule}{warm}", flush=True)
+    held = f"{len(bundle.val)} validation samples" if bundle.val is not None else ""
+    evaluated = f"{len(bundle.test)} test samples" + (f", {held}" if held else "") \
+        if cfg.evaluate_test else f"{held} (the test set is not evaluated)"
+    print(f"  {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.steps_per_epoch} steps "
+          f"over {len(bundle.train)} training samples; {evaluated}", flush=True)
