@@ -57,8 +57,8 @@ COMM_CONFIG = "PARASCALE_COMM_CONFIG"
 PROBE = "PARASCALE_PROBE"
 #: JSON: a hyperparameter trial's configuration and cores (hpo/trial.py)
 TRIAL = "PARASCALE_TRIAL"
-#: JSON: how a trial's rank 0 reports to the search and is pruned (hpo/judge.py)
-JUDGE = "PARASCALE_JUDGE"
+#: JSON: how a trial's rank 0 reports to the search and is pruned (training/loop/pruning.py)
+PRUNER = "PARASCALE_PRUNER"
 
 
 def names() -> dict[str, str]:

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from parascale.training.loop.run import Run
 
 
-class Keeper:
+class CheckpointWriter:
+    """Writes the run's checkpoints when they are due (``--checkpoint-every``, ``--keep``)."""
+
     def __init__(self, interval: tuple[int, str], folder: Path, keep: int,
                  cfg: TrainConfig, world: World, plan: Plan):
         self.every, self.unit = interval

@@ -20,14 +20,14 @@ if TYPE_CHECKING:
     from parascale.runtime import World
     from parascale.runtime.faults import Faults
     from parascale.sync.base import Strategy
-    from parascale.training.observe.tensorboard import Board
+    from parascale.training.observe.tensorboard import TensorBoardWriter
     from parascale.training.observe.contention import CpuWatch
     from parascale.training.observe.divergence import DivergenceWatch
-    from parascale.training.checkpoint.writer import Keeper
+    from parascale.training.checkpoint.writer import CheckpointWriter
     from parascale.training.observe.measure import StepClock
     from parascale.training.observe.noise import NoiseScale
     from parascale.training.observe.profiling import Profiler
-    from parascale.training.loop.pruning import Judge
+    from parascale.training.loop.pruning import TrialPruner
     from parascale.training.checkpoint.resume import Choice
 
 @dataclass
@@ -51,9 +51,9 @@ class Run:
     progress: Progress
     task: Task  # what is trained and how it is judged (parascale.tasks)
     tuning_s: float = 0.0  # the strategy's decisions before training (Strategy.resolve)
-    judge: Judge | None = None  # a hyperparameter search's pruner, in a trial
-    keeper: Keeper | None = None  # writes checkpoints when due (--checkpoint-every)
+    pruner: TrialPruner | None = None  # a hyperparameter search's pruner, in a trial
+    checkpoints: CheckpointWriter | None = None  # writes them when due (--checkpoint-every)
     choice: Choice | None = None  # the checkpoint this attempt continued from
     flops: dict | None = None  # the model's counted FLOPs and the devices' peaks (flops.py)
     memory: MemorySplit = field(default_factory=MemorySplit)  # held bytes by category
-    board: Board | None = None  # --tensorboard's event files, on rank 0
+    tensorboard: TensorBoardWriter | None = None  # --tensorboard's event files, on rank 0

@@ -19,9 +19,9 @@ from parascale.runtime.faults import Faults
 from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint import resume, state
 from parascale.training.checkpoint.resume import Choice
-from parascale.training.checkpoint.writer import Keeper
+from parascale.training.checkpoint.writer import CheckpointWriter
 from parascale.training.loop.lines import banner
-from parascale.training.loop.pruning import Judge
+from parascale.training.loop.pruning import TrialPruner
 from parascale.training.loop.run import Run
 from parascale.training.observe.contention import CpuWatch
 from parascale.training.observe.divergence import DivergenceWatch, advice
@@ -29,7 +29,7 @@ from parascale.training.observe.measure import StepClock
 from parascale.training.observe.memory_split import MemorySplit
 from parascale.training.observe.noise import NoiseScale
 from parascale.training.observe.profiling import Profiler
-from parascale.training.observe.tensorboard import open_board
+from parascale.training.observe.tensorboard import open_tensorboard
 from parascale.training.record.progress import Progress
 
 
@@ -84,13 +84,13 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     run = Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
               StepClock(device), cpu, Profiler(cfg, world),
               NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,
-              tuning_s=tuning_s, judge=Judge.from_env(world), choice=choice, flops=measured,
+              tuning_s=tuning_s, pruner=TrialPruner.from_env(world), choice=choice, flops=measured,
               memory=MemorySplit(enabled=not cfg.compile),
-              board=open_board(cfg.tensorboard, world.is_main))
+              tensorboard=open_tensorboard(cfg.tensorboard, world.is_main))
     folder = resume.checkpoints_of(cfg)
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
-        run.keeper = Keeper(interval, folder, cfg.keep, original, world, plan)
+        run.checkpoints = CheckpointWriter(interval, folder, cfg.keep, original, world, plan)
     if saved is not None:
         _continue(run, saved, choice)
     cpu.start_window()

@@ -72,13 +72,13 @@ def run_epoch(run: Run, epoch: int,
     for i in range(done, count):
         rate = take_step(run, batches, losses)
         bar.update()
-        if run.keeper is not None and i + 1 < count and run.keeper.due_after_step(progress.step):
+        if run.checkpoints is not None and i + 1 < count and run.checkpoints.due_after_step(progress.step):
             run.clock.flush()
             mine = {"done": i + 1, "loss_sum": losses.total(),
                     "time_s": carried_s + time.perf_counter() - t_epoch - paused,
                     "rows": torch.tensor(run.clock.rows, dtype=torch.float64).reshape(-1, 5),
                     "noise": run.noise.part()}
-            paused += run.keeper.write(run, {"step": progress.step, "epoch": epoch,
+            paused += run.checkpoints.write(run, {"step": progress.step, "epoch": epoch,
                                              "done": i + 1}, mine, generator)
     run.divergence.settle(final=True)
     if device.type == "cuda":

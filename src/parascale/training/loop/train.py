@@ -75,30 +75,30 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
         progress.epochs.append(entry)
         if world.is_main:
             print(epoch_line(entry, run.plan, run.task), flush=True)
-        if run.board is not None:
-            run.board.epoch(entry.to_dict())
+        if run.tensorboard is not None:
+            run.tensorboard.epoch(entry.to_dict())
         progress.tta = time_to_target(cfg, directions, entry, progress.tta)
         stop = bool(cfg.stop_at_target and progress.tta and progress.tta["reached"])
-        if not stop and run.judge is not None and \
-                run.judge.stop(entry, last=epoch == run.plan.epochs):
+        if not stop and run.pruner is not None and \
+                run.pruner.stop(entry, last=epoch == run.plan.epochs):
             pruned, stop = epoch, True
             if world.is_main:
                 print(f"parascale: the search pruned this trial after epoch {epoch}", flush=True)
-        if not stop and run.keeper is not None and \
-                run.keeper.due_after_epoch(epoch, progress.step):
-            run.keeper.write(run, {"step": progress.step, "epoch": epoch + 1, "done": 0})
+        if not stop and run.checkpoints is not None and \
+                run.checkpoints.due_after_epoch(epoch, progress.step):
+            run.checkpoints.write(run, {"step": progress.step, "epoch": epoch + 1, "done": 0})
         if stop:
             break
     run.profiler.close()
-    if run.board is not None:
-        run.board.close()
+    if run.tensorboard is not None:
+        run.tensorboard.close()
     if world.is_main and (said := run.noise.line()):
         print(said, flush=True)
     run.strategy.finish()
     ended = time.perf_counter()
     times = Times(setup_s=setup_s, total_s=ended - progress.t_start, start=started,
                   training_s=ended - t_attempt, first_step_at=first_step_at)
-    search = None if run.judge is None else {"trial": run.judge.number,
+    search = None if run.pruner is None else {"trial": run.pruner.number,
                                              "pruned_at_epoch": pruned}
     kept = steady(progress, run.plan.steps_per_epoch, run.plan.epochs)
     return assemble(cfg, world, run.plan, run.strategy, Summary(
@@ -116,5 +116,5 @@ def _continuity(run: Run, started: str) -> dict[str, Any]:
                                    f"{env.attempt()}); it does not say which rank failed, or why",
                          "from_step": run.choice.step if run.choice else None})
     return {"resumed": run.progress.resumed or None, "restarts": restarts,
-            "checkpoints": run.keeper.summary() if run.keeper is not None else None,
+            "checkpoints": run.checkpoints.summary() if run.checkpoints is not None else None,
             "profile": run.profiler.summary(), "noise": run.noise.summary()}
