@@ -38,14 +38,14 @@ from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint.dcp_metadata import Reader
 
 if TYPE_CHECKING:
-    from parascale.training.loop.run import Run
+    from parascale.training.checkpoint.trained import Trained
 
 #: optimizer state keyed "state.<parameter>.<name>": a rank's part is the keys of its
 #: parameters, whatever partition wrote them
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
-def _state(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
+def _state(run: Trained) -> tuple[dict[str, Any], dict[str, Any]]:
     """This rank's model and optimizer state dicts (flat, parameter names as keys)."""
     return get_state_dict(run.net, run.strategy.optimizer_part(run.optimizer), options=_OPTIONS)
 
@@ -54,7 +54,7 @@ def _tensors(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
-def write(run: Run, folder: Path, step: int, saved: dict[str, Any] | None,
+def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
           manifest: dict[str, Any]) -> checkpoint.Found | None:
     """Collective: checkpoint ``step`` of the run into ``folder``, every rank its part of the
     model and optimizer, rank 0 ``saved`` (the rest of the state, ``state.capture``) and the
@@ -94,7 +94,7 @@ def write(run: Run, folder: Path, step: int, saved: dict[str, Any] | None,
     return checkpoint.commit(folder, step, saved, manifest, files)
 
 
-def load(run: Run, folder: Path) -> None:
+def load(run: Trained, folder: Path) -> None:
     """Collective: this rank's parts of the model and optimizer from the checkpoint in
     ``folder``, as this world shards them (DCP reads the parts each rank needs)."""
     model, optimizer = _state(run)  # the layout to fill, the optimizer's state made first

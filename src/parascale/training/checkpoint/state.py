@@ -34,7 +34,7 @@ from torch import nn
 from parascale.sync.base import unwrap
 
 if TYPE_CHECKING:
-    from parascale.training.loop.run import Run
+    from parascale.training.checkpoint.trained import Trained
 
 
 def _tensors(value: Any, change) -> Any:
@@ -86,7 +86,7 @@ def _rows(rows: list[list[float]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64).reshape(-1, 5)
 
 
-def capture(run: Run, position: dict[str, int], epoch_part: dict[str, Any] | None,
+def capture(run: Trained, position: dict[str, int], epoch_part: dict[str, Any] | None,
             generator: torch.Generator | None) -> dict[str, Any] | None:
     """Collective: every rank's state, gathered; the checkpoint on rank 0, None elsewhere.
 
@@ -126,17 +126,17 @@ def _load_model(module: nn.Module, saved: dict[str, torch.Tensor]) -> None:
     module.load_state_dict({**saved, **structure})
 
 
-def _trained(run: Run) -> dict[str, Any]:
+def _trained(run: Trained) -> dict[str, Any]:
     return {"model": _cpu(_model_state(unwrap(run.net))),
             "optimizer": _cpu(run.optimizer.state_dict()),
             "scaler": _scaler(run)}
 
 
-def _scaler(run: Run) -> dict[str, Any] | None:
+def _scaler(run: Trained) -> dict[str, Any] | None:
     return None if run.scaler is None else run.scaler.state_dict()
 
 
-def restore(run: Run, saved: dict[str, Any], where: Path) -> dict[str, Any]:
+def restore(run: Trained, saved: dict[str, Any], where: Path) -> dict[str, Any]:
     """Put this rank's model, optimizer, scaler, strategy state and RNGs back (collective, for
     the strategies that talk to their servers and for sharded ones); return this rank's part of
     the checkpoint. ``where``: the checkpoint (a sharded one's folder holds the model)."""

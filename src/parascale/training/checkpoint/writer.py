@@ -25,7 +25,7 @@ from parascale.training.checkpoint import state
 if TYPE_CHECKING:
     from parascale.batch import Plan
     from parascale.runtime import World
-    from parascale.training.loop.run import Run
+    from parascale.training.checkpoint.trained import Trained
 
 
 class CheckpointWriter:
@@ -48,7 +48,8 @@ class CheckpointWriter:
             return epoch % self.every == 0
         return step % self.every == 0
 
-    def write(self, run: Run, position: dict[str, int], epoch_part: dict[str, Any] | None = None,
+    def write(self, run: Trained, position: dict[str, int],
+              epoch_part: dict[str, Any] | None = None,
               generator: torch.Generator | None = None) -> float:
         """Collective: checkpoint the run at ``position``; the seconds it took (every rank)."""
         started = time.perf_counter()

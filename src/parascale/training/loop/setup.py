@@ -81,13 +81,14 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
         cfg, plan.derived, plan.steps_per_epoch, plan.warmup_steps, at, rate))
     cpu = CpuWatch(world.host, world.local_rank)
     progress = Progress(decided=resolved.decided)
+    folder = resume.checkpoints_of(cfg)  # the user's --out/checkpoints
+    profiler = Profiler(cfg, world, folder.parent if folder else None)
     run = Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
-              StepClock(device), cpu, Profiler(cfg, world),
+              StepClock(device), cpu, profiler,
               NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,
-              tuning_s=tuning_s, pruner=TrialPruner.from_env(world), choice=choice, flops=measured,
-              memory=MemorySplit(enabled=not cfg.compile),
+              tuning_s=tuning_s, pruner=TrialPruner.from_env(world), choice=choice,
+              flops=measured, memory=MemorySplit(enabled=not cfg.compile),
               tensorboard=open_tensorboard(cfg.tensorboard, world.is_main))
-    folder = resume.checkpoints_of(cfg)
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
         run.checkpoints = CheckpointWriter(interval, folder, cfg.keep, original, world, plan)

@@ -20,7 +20,6 @@ from parascale import safejson
 from parascale.config import TrainConfig, profile_steps
 from parascale.record import TRACES_NAME
 from parascale.runtime.world import World
-from parascale.training.checkpoint import resume
 
 TRACES = TRACES_NAME  # the folder beside the record
 # one shared object: outside the window a phase costs a test and no allocation
@@ -41,10 +40,13 @@ def trace_steps(path: Path) -> list[int] | None:
 class Profiler:
     """What the loop calls every step; does nothing outside the profiled steps."""
 
-    def __init__(self, cfg: TrainConfig, world: World):
+    def __init__(self, cfg: TrainConfig, world: World, shown: Path | None = None):
+        """``shown``: the folder the user gave as --out, where a local worker's own --out is a
+        staging folder (its traces are said to be where they will be kept)."""
         self.window = profile_steps(cfg.profile)
-        self.cfg, self.world = cfg, world
+        self.world = world
         self.folder = Path(cfg.out or ".") / TRACES
+        self.shown = shown / TRACES if shown is not None else self.folder
         self.path = self.folder / f"rank-{world.rank}.json"
         self._prof: profile | None = None
         self._range: Any = None  # the open ``parascale.step N``
@@ -141,11 +143,8 @@ class Profiler:
             return
         s = self._summary = self._summarise(facts)
         if s["traces"]:
-            # a local worker's --out is a staging folder: name the one the user gave
-            checkpoints = resume.checkpoints_of(self.cfg)
-            folder = checkpoints.parent / TRACES if checkpoints else self.folder
             line = (f"traces of steps {s['profiled'][0]}-{s['profiled'][1]} written to "
-                    f"{folder} ({len(s['traces'])} ranks)")
+                    f"{self.shown} ({len(s['traces'])} ranks)")
         else:
             line = f"no traces of steps {s['steps'][0]}-{s['steps'][1]}"
         print(f"parascale: {line}" + (f" ({s['note']})" if s["note"] else ""), flush=True)
