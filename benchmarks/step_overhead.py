@@ -67,8 +67,8 @@ def main() -> None:
                 step.take_step(run, batches, losses)
             run.divergence.settle(final=True)  # the epoch's end decides its last step
             spent = time.process_time_ns() - cpu, time.perf_counter_ns() - wall
-            run.clock.flush()
-            run.clock.restart()
+            run.phases.clock.flush()
+            run.phases.clock.restart()
             losses.total()
             return spent
 

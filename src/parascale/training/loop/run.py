@@ -24,9 +24,8 @@ if TYPE_CHECKING:
     from parascale.training.observe.contention import CpuWatch
     from parascale.training.observe.divergence import DivergenceWatch
     from parascale.training.checkpoint.writer import CheckpointWriter
-    from parascale.training.observe.measure import StepClock
     from parascale.training.observe.noise import NoiseScale
-    from parascale.training.observe.profiling import Profiler
+    from parascale.training.observe.phases import StepPhases
     from parascale.training.loop.pruning import TrialPruner
     from parascale.training.checkpoint.resume import Choice
 
@@ -44,9 +43,8 @@ class Run:
     scaler: torch.amp.GradScaler | None
     faults: Faults
     divergence: DivergenceWatch
-    clock: StepClock
+    phases: StepPhases  # the step clock, and --profile's traces of a window of steps
     cpu: CpuWatch
-    profiler: Profiler  # --profile: traces of a window of steps
     noise: NoiseScale  # the gradient noise scale, measured every step
     progress: Progress
     task: Task  # what is trained and how it is judged (parascale.tasks)

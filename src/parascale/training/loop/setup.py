@@ -27,6 +27,7 @@ from parascale.training.observe.contention import CpuWatch
 from parascale.training.observe.divergence import DivergenceWatch, advice
 from parascale.training.observe.measure import StepClock
 from parascale.training.observe.memory_split import MemorySplit
+from parascale.training.observe.phases import StepPhases
 from parascale.training.observe.noise import NoiseScale
 from parascale.training.observe.profiling import Profiler
 from parascale.training.observe.tensorboard import open_tensorboard
@@ -82,9 +83,10 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     cpu = CpuWatch(world.host, world.local_rank)
     progress = Progress(decided=resolved.decided)
     folder = resume.checkpoints_of(cfg)  # the user's --out/checkpoints
-    profiler = Profiler(cfg, world, folder.parent if folder else None)
+    phases = StepPhases(StepClock(device), Profiler(cfg, world, folder.parent if folder else None),
+                        strategy.compute_end)
     run = Run(cfg, world, plan, bundle, strategy, net, optimizer, scaler, faults, divergence,
-              StepClock(device), cpu, profiler,
+              phases, cpu,
               NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,
               tuning_s=tuning_s, pruner=TrialPruner.from_env(world), choice=choice,
               flops=measured, memory=MemorySplit(enabled=not cfg.compile),

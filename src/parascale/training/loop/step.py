@@ -40,7 +40,7 @@ def run_epoch(run: Run, epoch: int,
     sum, time and step rows, and its augmentation generator): the epoch goes on from there.
     """
     cfg, world, plan, device = run.cfg, run.world, run.plan, run.world.device
-    progress = run.progress
+    progress, clock = run.progress, run.phases.clock
     per_device = plan.derived.per_device_batch
     done = int(part["done"]) if part else 0
     count = min(plan.steps_per_epoch, plan.total_steps - (progress.step - done))
@@ -58,7 +58,7 @@ def run_epoch(run: Run, epoch: int,
     if part:
         generator.set_state(part["generator"])
         carried_s = float(part["time_s"])
-        run.clock.rows = part["rows"].tolist()
+        clock.rows = part["rows"].tolist()
         run.noise.restore(part.get("noise"))
     batches = iter(run.bundle.train.batches([mb for s in shard[done:] for mb in s], device,
                                             train=True, generator=generator,
@@ -72,11 +72,12 @@ def run_epoch(run: Run, epoch: int,
     for i in range(done, count):
         rate = take_step(run, batches, losses)
         bar.update()
-        if run.checkpoints is not None and i + 1 < count and run.checkpoints.due_after_step(progress.step):
-            run.clock.flush()
+        if run.checkpoints is not None and i + 1 < count and \
+                run.checkpoints.due_after_step(progress.step):
+            clock.flush()
             mine = {"done": i + 1, "loss_sum": losses.total(),
                     "time_s": carried_s + time.perf_counter() - t_epoch - paused,
-                    "rows": torch.tensor(run.clock.rows, dtype=torch.float64).reshape(-1, 5),
+                    "rows": torch.tensor(clock.rows, dtype=torch.float64).reshape(-1, 5),
                     "noise": run.noise.part()}
             paused += run.checkpoints.write(run, {"step": progress.step, "epoch": epoch,
                                              "done": i + 1}, mine, generator)
@@ -87,14 +88,14 @@ def run_epoch(run: Run, epoch: int,
     # a resumed epoch's CPU time before the checkpoint is not kept: its entry is a warm-up one
     cpu_time = time.process_time() - cpu_epoch
     bar.close()
-    run.clock.flush()
-    rows = run.clock.restart()
+    clock.flush()
+    rows = clock.restart()
     entry = epoch_entry(epoch, count, plan, (epoch_time, cpu_time), losses.total(), world,
                         rate, run.cpu.end_epoch(), epoch in progress.warm, rows,
                         run.task.throughput_unit())
     entry.noise = run.noise.end_epoch(epoch)
     # slowed by the profiler: left out of the steady figures
-    entry.profiled = run.profiler.covers(first_step, progress.step)
+    entry.profiled = run.phases.profiler.covers(first_step, progress.step)
     # its time spans a restart: a warm-up epoch again
     entry.resumed = bool(part or (progress.resumed and epoch == progress.position["epoch"]))
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
@@ -112,7 +113,7 @@ def run_epoch(run: Run, epoch: int,
 
 def take_step(run: Run, batches, losses: LossTally) -> float:
     """One optimizer step over ``accumulate`` micro-batches, timed by phase; its rate."""
-    cfg, plan, clock, strategy, optimizer = run.cfg, run.plan, run.clock, run.strategy, \
+    cfg, plan, phases, strategy, optimizer = run.cfg, run.plan, run.phases, run.strategy, \
         run.optimizer
     accumulate = cfg.accumulate
     run.progress.step += 1
@@ -125,13 +126,10 @@ def take_step(run: Run, batches, losses: LossTally) -> float:
                          from_zero=cfg.warmup_steps > 0, lr_min=cfg.lr_min)
     for group in optimizer.param_groups:
         group["lr"] = rate
-    prof = run.profiler
-    prof.step_begins(step)
-    clock.start()
-    with prof.phase("data"):
+    phases.begin(step)
+    with phases.data:
         micro = [next(batches) for _ in range(accumulate)]
-    clock.mark()
-    with prof.phase("compute"):
+    with phases.compute:
         step_loss: torch.Tensor | None = None  # the step's loss, over its micro-batches
         for m, batch in enumerate(micro):
             with strategy.accumulating(last=m == accumulate - 1), \
@@ -143,11 +141,9 @@ def take_step(run: Run, batches, losses: LossTally) -> float:
             scaled = loss / accumulate if accumulate > 1 else loss  # x / 1: the same, one op less
             (run.scaler.scale(scaled) if run.scaler else scaled).backward()
             losses.add(loss, tasks.samples_in(batch))
-    clock.boundary(strategy.compute_end())
-    with prof.phase("sync"):
+    with phases.sync:  # compute ended where the strategy says: DDP's last bucket was ready
         strategy.synchronize(optimizer)
-    clock.boundary()
-    with prof.phase("optimizer"):
+    with phases.optimizer:
         run.noise.observe()  # the averaged gradient, before the optimizer uses it
         if cfg.clip_grad_norm is not None:  # the averaged gradient, as one device's would be
             if run.scaler is not None:
@@ -156,10 +152,8 @@ def take_step(run: Run, batches, losses: LossTally) -> float:
         strategy.step(optimizer, run.scaler)
         run.memory.after_step(run.net, optimizer)  # once: the held bytes by category
         optimizer.zero_grad(set_to_none=True)
-    clock.boundary()
-    with prof.phase("sync"):
+    with phases.after:
         strategy.after_step(step)
         run.divergence.settle()  # decides the step before: its wait, if any, counts as sync
-    clock.stop()
-    prof.step_ends(step)
+    phases.end(step)
     return rate

@@ -89,7 +89,7 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
             run.checkpoints.write(run, {"step": progress.step, "epoch": epoch + 1, "done": 0})
         if stop:
             break
-    run.profiler.close()
+    run.phases.profiler.close()
     if run.tensorboard is not None:
         run.tensorboard.close()
     if world.is_main and (said := run.noise.line()):
@@ -117,4 +117,4 @@ def _continuity(run: Run, started: str) -> dict[str, Any]:
                          "from_step": run.choice.step if run.choice else None})
     return {"resumed": run.progress.resumed or None, "restarts": restarts,
             "checkpoints": run.checkpoints.summary() if run.checkpoints is not None else None,
-            "profile": run.profiler.summary(), "noise": run.noise.summary()}
+            "profile": run.phases.profiler.summary(), "noise": run.noise.summary()}

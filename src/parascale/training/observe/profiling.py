@@ -6,7 +6,6 @@ and chrome://tracing open it). Every profiled step is a range ``parascale.step N
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -22,8 +21,6 @@ from parascale.record import TRACES_NAME
 from parascale.runtime.world import World
 
 TRACES = TRACES_NAME  # the folder beside the record
-# one shared object: outside the window a phase costs a test and no allocation
-_OFF = contextlib.nullcontext()
 # the trace's own note of the steps it holds: a resumed run reads it rather than guessing
 _KEY = "parascale_steps"
 
@@ -60,7 +57,7 @@ class Profiler:
         return self.window is not None and first <= self.window[1] and last >= self.window[0]
 
     def step_begins(self, step: int) -> None:
-        """Before step ``step`` (1-based) takes its first batch."""
+        """Before step ``step`` (1-based) takes its first batch (through ``StepPhases.begin``)."""
         if self.window is None:
             return
         first, last = self.window
@@ -88,9 +85,11 @@ class Profiler:
             self._range = record_function(f"parascale.step {step}")
             self._range.__enter__()
 
-    def phase(self, name: str) -> contextlib.AbstractContextManager:
-        """A named range (data, compute, sync, optimizer) around part of a profiled step."""
-        return _OFF if self._prof is None else record_function(f"parascale.{name}")
+    @property
+    def tracing(self) -> bool:
+        """Whether the step under way is traced: its phases are ranges of the trace
+        (training/observe/phases.py opens them)."""
+        return self._prof is not None
 
     def step_ends(self, step: int) -> None:
         """After step ``step``; the trace is written after the window's last step."""
