@@ -98,7 +98,7 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
 
     from parascale.errors import WorkerFailure
     from parascale.run_summary import busy_warning, done_lines
-    from parascale.runtime import external_launcher, memory_cap
+    from parascale.runtime import external_launcher
     from parascale.script.launch import checked, launch_script
 
     cfg, size = checked(given)
@@ -107,8 +107,7 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
             raise UsageError(f"--device-memory caps the copies parascale starts itself, not "
                              f"{external_launcher()}'s; leave it out under a launcher")
         return _joined(cfg, script, argv)
-    with memory_cap.applied(cfg.device_memory):
-        record = launch_script(cfg, size, script, argv, ("process start", command_start))
+    record = launch_script(cfg, size, script, argv, ("process start", command_start))
     if record["status"] != "ok":
         raise WorkerFailure(f"{record['reason']} (record: {cfg.out}/record.json)")
     print("\n".join(done_lines(record)))

@@ -12,7 +12,7 @@ from typing import Any
 
 from parascale.config import TrainConfig, check_run_folder
 from parascale.errors import UsageError
-from parascale.runtime import external_launcher, memory_cap
+from parascale.runtime import external_launcher
 from parascale.training.checkpoint import resume
 from parascale.training.launch.launcher import launch_local
 from parascale.training.loop.train import run_worker
@@ -61,5 +61,4 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
         said.append(line)
 
     choice = resume.first_choice(cfg, size, plan.total_steps, say)
-    with memory_cap.applied(cfg.device_memory):
-        return launch_local(cfg, size, plan, since, choice, said)
+    return launch_local(cfg, size, plan, since, choice, said)
