@@ -70,7 +70,8 @@ class Reader(FileSystemReader):
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         metadata = _read_metadata(Path(self.path))
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage = getattr(metadata, "storage_meta", None)
+        if storage is None:
+            storage = metadata.storage_meta = StorageMeta()
+        storage.load_id = self.load_id
         return metadata

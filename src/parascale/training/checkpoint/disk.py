@@ -39,9 +39,9 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import torch
 
@@ -88,7 +88,7 @@ class Found:
 
     path: Path
     step: int
-    manifest: dict[str, Any] | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)  # empty until it is read
     problem: str | None = None
     #: the epoch its run's --steps cut short at the run's end, when it was written there
     cut_short: int | None = None
@@ -111,10 +111,10 @@ class Found:
 class _Hashing:
     """A file object for ``torch.save`` that hashes and counts what it writes."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: BinaryIO):
         self.handle, self.sha, self.size = handle, hashlib.sha256(), 0
 
-    def write(self, data) -> int:
+    def write(self, data: bytes) -> int:
         view = memoryview(data)
         self.sha.update(view)
         self.size += view.nbytes
@@ -122,6 +122,14 @@ class _Hashing:
 
     def flush(self) -> None:
         self.handle.flush()
+
+
+def _save_hashed(state: dict[str, Any], handle: BinaryIO) -> _Hashing:
+    """``torch.save`` of ``state`` into ``handle``, hashed and counted on the way."""
+    writer = _Hashing(handle)
+    # torch.save writes to any object with write and flush; its stubs ask for a file
+    torch.save(state, cast(BinaryIO, writer))
+    return writer
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -134,7 +142,7 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _atomic(path: Path, write: Callable[[Any], object]) -> None:
+def _atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Written atomically (parascale.files), then the rename made durable."""
     atomic_write(path, write)
     _fsync_folder(path.parent)
@@ -147,10 +155,8 @@ def save(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, Any
     path = folder / f"{name(step)}.pt"
     hashed: list[_Hashing] = []
 
-    def write_state(handle) -> None:
-        writer = _Hashing(handle)
-        torch.save(state, writer)
-        hashed.append(writer)
+    def write_state(handle: BinaryIO) -> None:
+        hashed.append(_save_hashed(state, handle))
 
     try:
         _atomic(path, write_state)
@@ -201,8 +207,7 @@ def commit(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, A
     tmp, path = temporary(folder, step), folder / name(step)
     try:
         with no_space_named(tmp / STATE_FILE), open(tmp / STATE_FILE, "wb") as handle:
-            writer = _Hashing(handle)
-            torch.save(state, writer)
+            writer = _save_hashed(state, handle)
             handle.flush()
             os.fsync(handle.fileno())
         files = {**files, STATE_FILE: {"bytes": writer.size, "sha256": writer.sha.hexdigest()}}
@@ -384,7 +389,7 @@ def inspect(found: Found) -> Found:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         found.problem = f"torch cannot load it ({type(exc).__name__}: {first})"
         return found
-    found.problem = state_problem(saved, found.manifest or {})
+    found.problem = state_problem(saved, found.manifest)
     if found.problem is None and found.sharded:
         from parascale.training.checkpoint import dcp_metadata  # torch.distributed.checkpoint: only here
 

@@ -83,12 +83,15 @@ def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
     # each rank hashes the files it wrote (DCP names them after the rank), in parallel
     mine = {n: checkpoint.file_facts(tmp / n) for n in sorted(os.listdir(tmp))
             if n.startswith(f"__{world.rank}_")}
-    hashed: list[Any] = [None] * world.size if world.is_main else []
+    if not world.is_main:
+        dist.gather_object(mine, dst=0)
+        return None
+    hashed: list[Any] = [None] * world.size
     if world.size > 1:
-        dist.gather_object(mine, hashed if world.is_main else None, dst=0)
+        dist.gather_object(mine, hashed, dst=0)
     else:
         hashed = [mine]
-    if not world.is_main or saved is None:
+    if saved is None:
         return None
     files = {name: facts for part in hashed for name, facts in part.items()}
     return checkpoint.commit(folder, step, saved, manifest, files)

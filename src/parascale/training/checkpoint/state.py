@@ -102,13 +102,14 @@ def capture(run: Trained, position: dict[str, int], epoch_part: dict[str, Any] |
     }
     if not agree and not sharded:
         mine.update(_trained(run))
-    gathered: list[Any] | None = [None] * run.world.size if run.world.is_main else None
+    if not run.world.is_main:
+        dist.gather_object(mine, dst=0)
+        return None
+    gathered: list[Any] = [None] * run.world.size
     if run.world.size > 1:
         dist.gather_object(mine, gathered, dst=0)
     else:
         gathered = [mine]
-    if not run.world.is_main:
-        return None
     shared = {"scaler": _scaler(run)} if sharded else _trained(run) if agree else None
     return {"position": dict(position), "replicas_agree": agree, "sharded": sharded,
             "shared": shared, "ranks": gathered,

@@ -25,19 +25,24 @@ def _perplexity(per_unit: dict[str, float], split: str) -> str:
     return "" if value is None else f", perplexity {value:.2f}"
 
 
+def _evaluated(seen: dict[str, float | None], split: str,
+               metrics: list[str]) -> list[tuple[str, float]]:
+    """The task's metrics with a figure on ``split`` in this epoch, in the task's order."""
+    return [(m, value) for m in metrics if (value := seen.get(f"{split}_{m}")) is not None]
+
+
 def epoch_line(entry: EpochEntry, plan: Plan, task: tasks.Task) -> str:
     metrics = [m.name for m in task.metrics]
     seen = entry.metrics
     per_unit = entry.unit.entry_figures(entry.throughput, seen)
     test = ""
-    if seen.get("test_loss") is not None:
+    if (test_loss := seen.get("test_loss")) is not None:
         test = ", test loss " + ", ".join(
-            [f"{seen['test_loss']:.4f}"] + [_figure(m, seen[f"test_{m}"]) for m in metrics
-                                            if seen.get(f"test_{m}") is not None])
+            [f"{test_loss:.4f}"] + [_figure(m, v) for m, v in _evaluated(seen, "test", metrics)])
         test += _perplexity(per_unit, "test")
-    if seen.get("val_loss") is not None:
-        shown = [m for m in metrics if seen.get(f"val_{m}") is not None] or ["loss"]
-        test += ", validation " + ", ".join(_figure(m, seen[f"val_{m}"]) for m in shown)
+    if (val_loss := seen.get("val_loss")) is not None:
+        shown = _evaluated(seen, "val", metrics) or [("loss", val_loss)]
+        test += ", validation " + ", ".join(_figure(m, v) for m, v in shown)
         test += _perplexity(per_unit, "val")
     notes = (["resumed"] if entry.resumed else []) + \
         (["profiled"] if entry.profiled else []) + (["warm-up"] if entry.warmup else [])

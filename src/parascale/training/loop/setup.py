@@ -60,10 +60,11 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     pending = kind.resolves_before_training(cfg)  # the plan is known once it is decided
     plan = plan_for(cfg, world, bundle, given)
     choice = resume.in_world(cfg, world, None if pending else plan.total_steps)
-    saved = checkpoint.load(Path(choice.path)) if choice else None
+    # the checkpoint this attempt continues from, and what it holds
+    resumed = (choice, checkpoint.load(Path(choice.path))) if choice is not None else None
     original = cfg
     resolved = kind.resolve(cfg, world, bundle, lambda: build_model(original, task, device),
-                            saved["progress"] if saved is not None else None)
+                            resumed[1]["progress"] if resumed is not None else None)
     cfg, tuning_s = resolved.cfg, resolved.seconds
     if pending:  # the plan of the setting now decided
         plan = plan_for(cfg, world, bundle, None)
@@ -94,8 +95,8 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     interval = checkpoint_interval(cfg.checkpoint_every)
     if interval is not None and folder is not None:
         run.checkpoints = CheckpointWriter(interval, folder, cfg.keep, original, world, plan)
-    if saved is not None:
-        _continue(run, saved, choice)
+    if resumed is not None:
+        _continue(run, *resumed)
     cpu.start_window()
     return run
 
@@ -115,7 +116,7 @@ def plan_for(cfg: TrainConfig, world: World, bundle: DataBundle, given: Plan | N
     return given
 
 
-def _continue(run: Run, saved: dict[str, Any], choice: Choice) -> None:
+def _continue(run: Run, choice: Choice, saved: dict[str, Any]) -> None:
     """Take the run up where checkpoint ``saved`` left it: state (collective, see
     :func:`~parascale.training.checkpoint.state.restore`), position, what the record needs,
     and one line on rank 0."""
