@@ -214,21 +214,21 @@ def commit(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, A
         for left in sorted(set(os.listdir(tmp)) - set(files)):  # DCP's .metadata, rank 0's
             files[left] = file_facts(tmp / left)
         _fsync_folder(tmp)
-        _remove(path.with_suffix(".json"))  # one a failed attempt left at this step, if any
-        _remove(path)
+        remove(path.with_suffix(".json"))  # one a failed attempt left at this step, if any
+        remove(path)
         os.rename(tmp, path)
         _fsync_folder(folder)
         facts = {"format": FORMAT, "step": step, **manifest, "files": files,
                  "bytes": sum(f["bytes"] for f in files.values()),
                  "sha256": _listing_digest(files)}
-        _write_manifest(path, facts, lambda: _remove(path))
+        _write_manifest(path, facts, lambda: remove(path))
     except NoSpace as exc:
-        _remove(tmp)
+        remove(tmp)
         raise no_space(path, exc, KEPT) from exc
     return Found(path, step, facts)
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     """A checkpoint's file or folder gone (nothing when it is not there)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -430,10 +430,10 @@ def prune(folder: Path, keep: int, current: int) -> list[Path]:
     for found in past + mine[:max(0, len(mine) - keep)]:
         for path in (found.manifest_path, found.path):
             if os.path.lexists(path):
-                _remove(path)
+                remove(path)
                 removed.append(path)
     for leftover in folder.glob(".step-*.tmp"):  # a file (atomic_write's) or a sharded folder
-        _remove(leftover)
+        remove(leftover)
     return removed
 
 

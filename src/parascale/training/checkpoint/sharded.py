@@ -61,7 +61,7 @@ def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
     manifest. The checkpoint on rank 0, None elsewhere."""
     world, tmp = run.world, checkpoint.temporary(folder, step)
     if world.is_main:  # a killed write's leftovers go before anyone writes
-        checkpoint._remove(tmp)
+        checkpoint.remove(tmp)
         tmp.mkdir(parents=True)
     if world.size > 1:
         dist.barrier()
@@ -78,7 +78,7 @@ def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
         if full is None:
             raise
         if world.is_main:
-            checkpoint._remove(tmp)
+            checkpoint.remove(tmp)
         raise no_space(tmp, full, checkpoint.KEPT) from exc
     # each rank hashes the files it wrote (DCP names them after the rank), in parallel
     mine = {n: checkpoint.file_facts(tmp / n) for n in sorted(os.listdir(tmp))
