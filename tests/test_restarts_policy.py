@@ -39,7 +39,7 @@ class FakeJob:
     ends: list[local.Outcome] = []
     told: list[dict[str, str]] = []
 
-    def __init__(self, module, size, env, store, threads):
+    def __init__(self, module, size, env, store, threads, cap=None):
         FakeJob.told.append(dict(env))
 
     def run(self) -> local.Outcome:
