@@ -4,9 +4,9 @@ One process, one worker (a world of one, gloo on loopback), LeNet on digits at b
 told otherwise: parascale's real step (``training.loop.step.take_step``, on the run its set-up
 builds: strategy, clock, divergence check, noise scale, fault hooks, profiler hooks, data
 pipeline) and a plain hand-written step (index a pre-normalised tensor, forward, loss,
-zero_grad, backward, step) on the same model and optimizer, in alternating blocks of steps. Each block reports its
-CPU time per step (``time.process_time_ns``: the one thread's own time, so waiting for a core
-that other processes hold does not count) and its wall time per step. The figure is plain /
+zero_grad, backward, step) on the same model and optimizer, in alternating blocks of steps.
+Each block reports its CPU time per step (``time.process_time_ns``: the one thread's own time,
+so waiting for a core that other processes hold does not count) and its wall time per step. The figure is plain /
 parascale (a throughput ratio), per block pair, as the median over pairs.
 
     .venv/bin/python benchmarks/step_overhead.py [--model lenet] [--rounds 21] [--steps 300]

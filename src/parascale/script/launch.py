@@ -1,6 +1,6 @@
 """``parascale run``'s checks and launch: N copies of the script, started by ``train``'s own
-local launch (training/launch/launcher.py: the fork server, failure handling, --timeout, SIGTERM, the
-staging of --out, the console log and the record of a failure)."""
+local launch (training/launch/launcher.py: the fork server, failure handling, --timeout,
+SIGTERM, the staging of --out, the console log and the record of a failure)."""
 from __future__ import annotations
 
 import time

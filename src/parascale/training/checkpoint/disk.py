@@ -8,7 +8,7 @@ One checkpoint is two files in ``DIR/checkpoints``::
 or, under a strategy whose ranks each hold a part of the state (``Strategy.shards_checkpoint``),
 a folder and its manifest::
 
-    step-00000120/       every rank's part (torch.distributed.checkpoint, training/checkpoint/sharded.py)
+    step-00000120/       every rank's part (torch.distributed.checkpoint, sharded.py)
                          and run.pt: the rest of the run's state, as in the .pt above
     step-00000120.json   the same manifest, with the size and SHA-256 of every file in the folder
 
@@ -65,7 +65,7 @@ MANIFEST: dict[str, Any] = {
 #: fields a manifest may have: a folder's files (name: bytes and SHA-256), and the batch and
 #: learning rate it trained with (what a run on another number of workers must keep)
 OPTIONAL: dict[str, Any] = {"files": {}, "global_batch": (int,), "effective_lr": (int, float)}
-#: the outline of the state that resuming reads (training/checkpoint/state.py), every part required but
+#: the outline of the state that resuming reads (state.py), every part required but
 #: ``shared`` (the model and optimizer when every rank holds the same, else each rank's own)
 STATE: dict[str, Any] = {
     "position": {"step": (int,), "epoch": (int,), "done": (int,)}, "replicas_agree": (bool,),
@@ -99,7 +99,7 @@ class Found:
 
     @property
     def sharded(self) -> bool:
-        """A folder of every rank's part (training/checkpoint/sharded.py), not one .pt."""
+        """A folder of every rank's part (sharded.py), not one .pt."""
         return self.path.suffix != ".pt"
 
     @property
@@ -358,7 +358,7 @@ def state_problem(saved: Any, manifest: dict[str, Any]) -> str | None:
         safejson.check_types(saved, STATE)
     except safejson.Refused as exc:
         return f"its state is malformed ({exc})"
-    # a sharded checkpoint keeps the model and optimizer beside the state (training/checkpoint/sharded.py)
+    # a sharded checkpoint keeps the model and optimizer beside the state (sharded.py)
     sharded = saved.get("sharded") is True
     needs = {k: v for k, v in STATE.items()
              if k != "shared" or (saved["replicas_agree"] and not sharded)}
@@ -391,7 +391,8 @@ def inspect(found: Found) -> Found:
         return found
     found.problem = state_problem(saved, found.manifest)
     if found.problem is None and found.sharded:
-        from parascale.training.checkpoint import dcp_metadata  # torch.distributed.checkpoint: only here
+        # torch.distributed.checkpoint: only here
+        from parascale.training.checkpoint import dcp_metadata
 
         found.problem = dcp_metadata.metadata_problem(found.path)
     epochs = saved["progress"].get("epochs") if found.problem is None else None

@@ -12,7 +12,7 @@ own parts as the new world lays them out, whatever the world that wrote them.
 Only tensors go into DCP's files: DCP pickles anything else and reads it back with
 ``weights_only=False``, and the optimizer's other entries (learning rate, momentum...) are the
 configuration's, which a resume must give again anyway. DCP's ``.metadata`` is a pickle too;
-it is read by training/checkpoint/dcp_metadata.py, which builds nothing but DCP's own metadata classes.
+it is read by dcp_metadata.py, which builds nothing but DCP's own metadata classes.
 
 The folder is written under a temporary name (checkpoint.temporary), each rank hashes the
 files it wrote, and rank 0 writes the rest of the run's state beside them, hashes what is left

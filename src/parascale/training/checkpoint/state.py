@@ -1,6 +1,6 @@
 """A run's state between two steps, gathered from every rank into one checkpoint, and restored.
 
-What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
+What a checkpoint holds (a dict saved by :mod:`.disk`):
 
 - ``position``: the optimizer steps done, and where the sampler stands: the epoch it is in and
   the steps of it done (0 at an epoch's start). The data order is a pure function of (seed,

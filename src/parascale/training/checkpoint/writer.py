@@ -4,7 +4,7 @@
 epoch whose number N divides. A step checkpoint that falls on an epoch's last step is written
 after the epoch's entry (and evaluation) instead, so that a resume starts the next epoch with
 the finished one recorded. Writing is collective (every rank's state is gathered; under a sharded
-strategy every rank also writes its part of the model and optimizer, training/checkpoint/sharded.py);
+strategy every rank also writes its part of the model and optimizer, sharded.py);
 rank 0 writes the files, removes the ones beyond ``--keep``, and says one line; every rank
 waits for that.
 """

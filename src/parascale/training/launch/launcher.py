@@ -30,8 +30,8 @@ from parascale.runtime import contract, launch, memory_cap, open_store
 from parascale.runtime.staging import produce
 from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint import resume
-from parascale.training.observe.console import ConsoleLog
 from parascale.training.launch.preflight import threads_per_worker
+from parascale.training.observe.console import ConsoleLog
 
 __all__ = ["Job", "launch_job", "launch_local"]
 

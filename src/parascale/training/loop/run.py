@@ -16,18 +16,19 @@ if TYPE_CHECKING:
     from parascale.batch import Plan
     from parascale.config import TrainConfig
     from parascale.data.split import DataBundle
-    from parascale.tasks import Task
     from parascale.runtime import World
     from parascale.runtime.faults import Faults
     from parascale.sync.base import Strategy
-    from parascale.training.observe.tensorboard import TensorBoardWriter
+    from parascale.tasks import Task
+    from parascale.training.checkpoint.resume import Choice
+    from parascale.training.checkpoint.writer import CheckpointWriter
+    from parascale.training.loop.pruning import TrialPruner
     from parascale.training.observe.contention import CpuWatch
     from parascale.training.observe.divergence import DivergenceWatch
-    from parascale.training.checkpoint.writer import CheckpointWriter
     from parascale.training.observe.noise import NoiseScale
     from parascale.training.observe.phases import StepPhases
-    from parascale.training.loop.pruning import TrialPruner
-    from parascale.training.checkpoint.resume import Choice
+    from parascale.training.observe.tensorboard import TensorBoardWriter
+
 
 @dataclass
 class Run:

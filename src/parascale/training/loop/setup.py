@@ -27,8 +27,8 @@ from parascale.training.observe.contention import CpuWatch
 from parascale.training.observe.divergence import DivergenceWatch, advice
 from parascale.training.observe.measure import StepClock
 from parascale.training.observe.memory_split import MemorySplit
-from parascale.training.observe.phases import StepPhases
 from parascale.training.observe.noise import NoiseScale
+from parascale.training.observe.phases import StepPhases
 from parascale.training.observe.profiling import Profiler
 from parascale.training.observe.tensorboard import open_tensorboard
 from parascale.training.record.progress import Progress
