@@ -280,8 +280,8 @@ def finished(*, config: dict[str, Any], derived: dict[str, Any], task: dict[str,
              search: dict[str, Any] | None = None,
              script: dict[str, Any] | None = None) -> Record:
     """The record of a run that trained, from plain figures: gathered from every rank by
-    ``training.assemble`` (for ``train`` and ``run`` alike). ``continuity``: the ``resumed``,
-    ``restarts``, ``checkpoints``, ``profile`` and ``noise`` sections."""
+    ``training.record.assemble`` (for ``train`` and ``run`` alike). ``continuity``: the
+    ``resumed``, ``restarts``, ``checkpoints``, ``profile`` and ``noise`` sections."""
     return Record(
         status="ok", config=config, derived=derived, task=task, environment=environment,
         epochs=epochs, steps=steps, memory=memory, time_to_accuracy=time_to_accuracy,

@@ -27,7 +27,7 @@ def run_worker(cfg: TrainConfig, teardown: bool = True,
     """Join the world, train, write the record on rank 0 and return it (None on other ranks).
 
     ``teardown=False`` for a process that exits right after (see ``runtime.world.joined``).
-    ``plan``: the launcher's step plan (``training.preflight``), else this worker makes it.
+    ``plan``: the launcher's step plan (``training.launch.preflight``), else this worker makes it.
     """
     device_type = resolve_device_type(cfg.device, cfg.gpus)
     backend = resolve_backend(cfg.backend, device_type)
