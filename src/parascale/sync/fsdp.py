@@ -16,7 +16,7 @@ from parascale import lazy
 from parascale.errors import UsageError
 from parascale.sync.base import Strategy, unwrap
 from parascale.sync.options import Settings, option
-from parascale.sync.traits import SHARDABLE, Pattern, Traits
+from parascale.sync.traits import GRADIENT, SHARDABLE, Pattern, Traits
 
 if TYPE_CHECKING:
     import torch
@@ -79,6 +79,10 @@ class FSDP(Strategy):
     @classmethod
     def lockstep(cls, settings) -> bool:
         return True
+
+    @classmethod
+    def equivalence(cls, settings) -> str | None:
+        return GRADIENT  # each rank steps its shards on the reduce-scattered mean gradient
 
     @classmethod
     def pattern(cls, settings: FSDPSettings) -> Pattern:

@@ -50,6 +50,10 @@ class ReduceBroadcast(Strategy):
         return True  # compressors here are casts: no state between steps
 
     @classmethod
+    def equivalence(cls, settings) -> str | None:
+        return compression.exact(settings)
+
+    @classmethod
     def pattern(cls, settings) -> Pattern:
         return Pattern(algorithm="reduce-broadcast")
 
