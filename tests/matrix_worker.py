@@ -1,6 +1,6 @@
 """One process of the matrix's shared world (tests/matrix_world.py): it runs case after case.
 
-Started once per test session (forked from parascale's fork server, as a launch's workers are),
+Started once per test module (forked from parascale's fork server, as a launch's workers are),
 it takes each case's command from the driver's control store, becomes that case's rank (the
 variables a local launch gives a worker), runs the entry's real worker code, ``train``'s
 (``training.loop.run_worker``, as ``parascale.training.worker`` runs it) or ``run``'s
