@@ -25,7 +25,8 @@ from parascale.config import TrainConfig
 from parascale.runtime import leave
 from parascale.runtime.failure import describe, is_secondary
 
-#: the driver's control store (its port) and this process's index in the shared world
+#: the driver's control store (its port), and this process's place in the shared world and
+#: its start there, "I.G" (G is 1, then 2 after the first failure on process I...)
 CONTROL = "MATRIX_CONTROL_PORT"
 INDEX = "MATRIX_INDEX"
 WAIT = datetime.timedelta(hours=1)  # for the next command: the driver's session decides
@@ -73,9 +74,10 @@ def warm() -> None:
 
 
 def main() -> None:
-    warm()
-    store = dist.TCPStore("127.0.0.1", int(os.environ[CONTROL]), is_master=False, timeout=WAIT)
     index = os.environ[INDEX]
+    if index.endswith(".1"):  # the first start; one after a failure imports as cases need
+        warm()
+    store = dist.TCPStore("127.0.0.1", int(os.environ[CONTROL]), is_master=False, timeout=WAIT)
     base = dict(os.environ)
     for number in range(10**9):
         key = f"command/{index}/{number}"

@@ -36,7 +36,7 @@ import matrix_worker
 #: than any case needs, well under the suite's per-test limit
 CASE_LIMIT_S = 120.0
 #: after one rank of a case failed, how long the others have to answer before they are stopped
-PEERS_S = 3.0
+PEERS_S = 1.0
 POLL_S = 0.002
 
 
