@@ -13,6 +13,7 @@ that the next case starts clean.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from parascale import data, safejson
 from parascale.batch import Plan
@@ -37,7 +39,8 @@ import matrix_worker
 CASE_LIMIT_S = 120.0
 #: after one rank of a case failed, how long the others have to answer before they are stopped
 PEERS_S = 1.0
-POLL_S = 0.002
+#: how often, while a case runs, the driver looks whether its processes are still alive
+WATCH_S = 0.2
 
 
 @dataclass
@@ -130,6 +133,11 @@ class SharedWorld:
         deadline = time.monotonic() + CASE_LIMIT_S
         failed_at = None
         while len(answers) < len(keys):
+            waiting = [key for index, key in keys.items() if index not in answers]
+            try:  # returns as soon as every answer is in: no polling while the case runs
+                self.control.wait(waiting, datetime.timedelta(seconds=WATCH_S))
+            except dist.DistStoreError:
+                pass  # not all yet: see who is still alive
             for index, key in keys.items():
                 if index in answers:
                     continue
@@ -147,7 +155,6 @@ class SharedWorld:
             elif now > deadline:
                 why = f"no answer within {CASE_LIMIT_S:g} s"
             else:
-                time.sleep(POLL_S)
                 continue
             for index in keys:
                 answers.setdefault(index, {"error": f"{why}: stopped", "secondary": True})
