@@ -1,6 +1,7 @@
 """Peak memory per rank under each sharded strategy against replicated allreduce, on 2 CPU
 workers, with step time and throughput beside it, and predict's memory model and step time
-checked against them (src/parascale/predict/memory.py and costs.py, training/memory_split.py).
+checked against them (src/parascale/predict/memory.py and costs.py,
+training/observe/memory_split.py).
 
 The model: a wide MLP on digits (``wide`` below: 8x8 inputs, ``--layers`` hidden layers of
 ``--width``), large enough that its state dwarfs the rest. On the CPU the peak is the process's

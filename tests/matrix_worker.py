@@ -3,7 +3,7 @@
 Started once per test module (forked from parascale's fork server, as a launch's workers are),
 it takes each case's command from the driver's control store, becomes that case's rank (the
 variables a local launch gives a worker), runs the entry's real worker code, ``train``'s
-(``training.loop.run_worker``, as ``parascale.training.worker`` runs it) or ``run``'s
+(``training.loop.train.run_worker``, as ``parascale.training.launch.worker`` runs it) or ``run``'s
 (``script.running.run_script``, as ``parascale.script.worker`` runs it), and answers. Only the
 process start is shared: every case joins a world of its own (a fresh store and process group),
 builds its strategy, model and data, and leaves the world again. Whatever a case started (a
@@ -35,7 +35,7 @@ WAIT = datetime.timedelta(hours=1)  # for the next command: the driver's session
 def run_case(command: dict) -> None:
     """One case's part on this process, through the entry's own worker code."""
     if command["entry"] == "train":
-        from parascale.training.loop import run_worker
+        from parascale.training.loop.train import run_worker
 
         run_worker(TrainConfig.from_dict(command["config"]),
                    plan=Plan.from_dict(command["plan"]))
@@ -69,7 +69,7 @@ def warm() -> None:
     the jobs' own modules (scikit-learn's digits), the entries' worker code."""
     import matrix_jobs  # noqa: F401
     import parascale.script.running  # noqa: F401
-    import parascale.training.loop  # noqa: F401
+    import parascale.training.loop.train  # noqa: F401
     from sklearn.datasets import load_digits  # noqa: F401
 
 

@@ -13,7 +13,7 @@ from matrix_cases import EXAMPLES, SCRIPT, WORKERS, Case, cases
 from parascale import sync
 from parascale.errors import UsageError
 from parascale.script import launch
-from parascale.training.preflight import plan_checked
+from parascale.training.launch.preflight import plan_checked
 from parascale.validation import validate
 from toy_strategy import Toy
 

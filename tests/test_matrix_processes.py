@@ -25,7 +25,7 @@ from matrix_world import Result, Run, SharedWorld
 from parascale import sync
 from parascale.runtime import contract
 from parascale.script import launch
-from parascale.training.preflight import plan_checked
+from parascale.training.launch.preflight import plan_checked
 from parascale.validation import validate
 
 pytestmark = pytest.mark.slow  # the cases run on processes of their own

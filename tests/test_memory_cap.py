@@ -155,6 +155,23 @@ def test_a_worker_over_its_cap_ends_the_run_as_oom_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_parascale_run_from_python_caps_its_copies_too(tmp_path):
+    """The cap travels with the launch (the job's configuration), not around the command: a
+    script's copies started by ``parascale.script.launch.run`` are capped as the CLI's are."""
+    from parascale.script.launch import run
+
+    usable_hierarchy()
+    script = tmp_path / "hog.py"
+    script.write_text("hog = b'\\x01' * (600 << 20)  # every page written: 600 MiB\n")
+    record = run({"workers": 1, "device_memory": CAP, "timeout": 60.0,
+                  "out": str(tmp_path / "run")}, script, [])
+    assert record["status"] == "oom", record["reason"]
+    assert record["reason"] == ("rank 0: ran out of memory: its --device-memory cap is 400 MiB "
+                                "(the kernel's out-of-memory killer ended it there)")
+    assert groups_of(os.getpid()) == []
+
+
+@pytest.mark.slow
 def test_a_study_skips_a_larger_batch_after_one_ran_out_of_its_cap(tmp_path):
     """smallcnn on 3x32x32 inputs: about 230 MiB of its own at batch 16, over 500 at 512."""
     usable_hierarchy()

@@ -197,7 +197,7 @@ def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path):
 
 def test_after_a_double_dash_every_argument_is_the_script_s():
     from parascale.cli.main import build_parser
-    from parascale.cli.run_cmd import script_args
+    from parascale.cli.parsers import script_args
 
     argv = ["run", "--workers", "2", str(SCRIPT), "--", "--workers", "3"]
     command = build_parser(argv).parse_args(argv).command

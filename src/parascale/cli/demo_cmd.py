@@ -90,7 +90,7 @@ def demo_workers() -> str:
 
 def demo_jobs(quick: bool = False, tensorboard: str | None = None) -> list:
     """The demo's jobs: the weak and the strong study in one plan, in rounds across both."""
-    from parascale.bench.study import combine, interleave, make_jobs, with_board
+    from parascale.bench.study import combine, interleave, make_jobs, with_tensorboard
 
     fixed = QUICK if quick else FULL
     workers = demo_workers()
@@ -99,7 +99,7 @@ def demo_jobs(quick: bool = False, tensorboard: str | None = None) -> list:
                    scaling="weak", workers=workers, baseline=not quick, repeat=repeat)
     strong = combine(options={**fixed, "global_batch": STRONG_BATCH},
                      scaling="strong", workers=workers, baseline=not quick, repeat=repeat)
-    return with_board(interleave(make_jobs(weak), make_jobs(strong)), tensorboard)
+    return with_tensorboard(interleave(make_jobs(weak), make_jobs(strong)), tensorboard)
 
 
 def run(args: argparse.Namespace) -> int:

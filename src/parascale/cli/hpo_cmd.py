@@ -52,7 +52,7 @@ NOT_TRAIN_OPTIONS = {"out", "workers", "port", "evaluate_test", "stop_at_target"
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from parascale.cli.options import add_train_options
-    from parascale.training.pruning import PRUNERS
+    from parascale.training.loop.pruning import PRUNERS
 
     parser = subparsers.add_parser(
         "hpo", help="search hyperparameters with Optuna, several trials at once",

@@ -74,7 +74,7 @@ def evaluation(stage: int, psi: float, n: int, b: PerParameter) -> float:
 
 
 def startup(psi: float, b: PerParameter) -> float:
-    """Bytes every rank holds before training: the model as built, whole (training/loop.py
+    """Bytes every rank holds before training: the model as built, whole (training/loop/train.py
     builds it, and only then does the strategy shard; flops.py counts on fake tensors)."""
     return b.params * psi
 

@@ -19,8 +19,8 @@ A checkpoint (``--checkpoint-every``) asks every rank for ``strategy.state_dict(
 two steps and gives it back through ``load_state_dict`` after ``wrap`` on resume, once the
 model and optimizer are restored. ``replicas_agree`` says whether a checkpoint may keep rank
 0's model and optimizer alone, or must keep every rank's; ``shards_checkpoint`` that each rank
-writes its own part of them through torch.distributed.checkpoint instead (training/sharded.py),
-which a run on another number of workers can read back.
+writes its own part of them through torch.distributed.checkpoint instead
+(training/checkpoint/sharded.py), which a run on another number of workers can read back.
 
 Strategies that overlap communication with backward (DDP) do their work inside backward and
 report, through ``compute_end``, the moment the last gradient was ready: the wait after it is
@@ -82,7 +82,7 @@ class Resolved:
 
 class GradientWatcher(Protocol):
     """Shown this rank's own gradients before the exchange, in one or more pieces per step
-    (DDP's buckets; a flat buffer): the gradient noise scale (training/noise.py) is one."""
+    (DDP's buckets; a flat buffer): the gradient noise scale (training/observe/noise.py) is one."""
 
     def before_exchange(self, gradients: torch.Tensor) -> None: ...
 

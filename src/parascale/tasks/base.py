@@ -62,7 +62,7 @@ class Metric:
 
     name: str
     # Any, not nn.Module: in evaluation the model comes wrapped so that it runs once per input
-    # for the loss and every metric (training/evaluate.py, _Once); it calls and passes
+    # for the loss and every metric (training/loop/evaluate.py, _Once); it calls and passes
     # attributes through like the module
     fn: Callable[[Any, Any], torch.Tensor | float]
     higher_is_better: bool | None = None

@@ -21,7 +21,7 @@ from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size,
                                faults, resolve_backend, resolve_device_type)
 from parascale.runtime.env import available_cores, cores_per_worker
-from parascale.training import resume
+from parascale.training.checkpoint import resume
 from parascale.validation import validate
 
 __all__ = ["plan_checked", "preflight", "threads_per_worker", "world_size_for"]
