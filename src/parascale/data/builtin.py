@@ -1,14 +1,21 @@
 """Datasets that need no files: `synthetic` (generated) and `digits` (ships with scikit-learn)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-
+from parascale import lazy
 from parascale.config import TrainConfig
-from parascale.data.split import DataBundle, TensorSplit
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from parascale.data.split import DataBundle
+else:  # check() runs without torch, before it is needed; build() imports it
+    np = lazy.module("numpy", globals())
+    torch = lazy.module("torch", globals())
+    F = lazy.module("torch.nn.functional", globals(), "F")
 
 SYNTHETIC_SALT = 0x5EED_DA7A
 """Added to cfg.seed so the synthetic samples do not replay the stream that seeds the model."""
@@ -39,6 +46,8 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
     The labels are a deterministic function of the input that both an MLP and a CNN with
     pooling can learn, so accuracy on the test split means something. Same on every rank.
     """
+    from parascale.data.split import DataBundle, TensorSplit
+
     c, h, w = cfg.synthetic_shape
     n_train = cfg.synthetic_size
     n_test = max(1, n_train // 4)
@@ -64,6 +73,8 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
 
 def _digits(cfg: TrainConfig) -> DataBundle:
     """scikit-learn's 1,797 8x8 handwritten digits, 1,437 train / 360 test (stratified)."""
+    from parascale.data.split import DataBundle, TensorSplit
+
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

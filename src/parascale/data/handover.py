@@ -17,13 +17,18 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from parascale import lazy
 from parascale.config import TrainConfig
-from parascale.data.split import DataBundle, TensorSplit
 from parascale.runtime import contract
+
+if TYPE_CHECKING:
+    import torch
+
+    from parascale.data.split import DataBundle
+else:  # the registry's checks run without torch; building and handing over need it
+    torch = lazy.module("torch", globals())
 
 ENV = contract.DATA_FILE  # set by the launcher for its workers
 _FOLDER_PREFIX = "parascale-data-"
@@ -73,6 +78,8 @@ def take(cfg: TrainConfig, loader) -> DataBundle | None:
     path = os.environ.get(ENV)
     if not path or not Path(path).is_file():
         return None
+    from parascale.data.split import DataBundle, TensorSplit
+
     k = key(cfg, loader)
     blob = torch.load(path, mmap=True, weights_only=True)
     if k is None or blob["key"] != k:
@@ -83,6 +90,8 @@ def take(cfg: TrainConfig, loader) -> DataBundle | None:
 
 
 def _save(bundle: DataBundle, k: str) -> Path | None:
+    from parascale.data.split import TensorSplit
+
     if not (isinstance(bundle.train, TensorSplit) and isinstance(bundle.test, TensorSplit)):
         return None
     path = _own_folder() / f"data-{len(_PREPARED)}.pt"

@@ -14,8 +14,6 @@ from parascale.config import TrainConfig, check_run_folder
 from parascale.errors import UsageError
 from parascale.runtime import external_launcher, memory_cap
 from parascale.training import resume
-from parascale.training.launcher import launch_local
-from parascale.training.loop import run_worker
 from parascale.training.preflight import (plan_checked, preflight, threads_per_worker,
                                           world_size_for)
 from parascale.validation import validate
@@ -51,7 +49,10 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
                          "(parascale continues its restarted workers from the newest checkpoint)")
     plan = plan_checked(cfg, size)  # validated above: checked once, planned once
     if external_launcher():
+        from parascale.training.loop import run_worker  # torch: after the checks above
+
         return run_worker(cfg, teardown, plan) or {}
+    from parascale.training.launcher import launch_local
     since = ("process start", command_start) if command_start is not None \
         else ("train() call", called)
     said: list[str] = []  # lines said before the log exists, for the log
