@@ -1,8 +1,8 @@
-"""The command line answers without importing torch (issue 34): every command's --help, and
-the usage errors that need no tensor (unknown names, bad numbers, bad combinations, bad paths,
-a study file with a bad key, a predict out of range), each the same one line as ever. Checked
-in fresh interpreters, so these tests start processes; nothing here is timed
-(benchmarks/cli_latency.py times the real commands)."""
+"""The command line answers without importing torch (issue 34), nor matplotlib or Optuna:
+every command's --help, and the usage errors that need no tensor (unknown names, bad numbers,
+bad combinations, bad paths, a study file with a bad key, a predict out of range), each the same
+one line as ever. Checked in fresh interpreters, so these tests start processes; nothing here is
+timed (benchmarks/cli_latency.py times the real commands)."""
 import json
 import subprocess
 import sys
@@ -59,11 +59,15 @@ USAGE_ERRORS = [
      "--device-memory must be a positive number of GiB"),
 ]
 
-#: runs each command line in turn in this interpreter; after each, whether torch is imported
+#: what takes seconds to import: torch, and the plots' and the search's libraries
+HEAVY = ["torch", "matplotlib", "optuna"]
+
+#: runs each command line in turn in this interpreter; after each, which of HEAVY are imported
 RUN_ALL = """
 import contextlib, io, json, sys
 from parascale.cli.main import main
-for argv in json.loads(sys.argv[1]):
+args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for argv in args:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -71,7 +75,7 @@ for argv in json.loads(sys.argv[1]):
         except SystemExit as exc:
             code = exc.code
     print(json.dumps({"argv": argv, "code": code, "out": out.getvalue(), "err": err.getvalue(),
-                      "torch": "torch" in sys.modules}))
+                      "imported": [name for name in heavy if name in sys.modules]}))
 """
 
 
@@ -79,27 +83,29 @@ def run_all(folder, commands: list[list[str]]) -> list[dict]:
     (folder / "bad-study.yaml").write_text("parametres:\n  lr: 0.1\n")
     (folder / "bad-space.yaml").write_text("lrr: [0.1, 0.2]\n")
     (folder / "script.py").write_text("print('never run')\n")
-    done = subprocess.run([sys.executable, "-c", RUN_ALL, json.dumps(commands)], cwd=folder,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", RUN_ALL, json.dumps(commands),
+                           json.dumps(HEAVY)], cwd=folder, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-def first_with_torch(results: list[dict]) -> str | None:
-    """The first command line after which torch was imported (every later one has it too)."""
-    return next((" ".join(r["argv"]) for r in results if r["torch"]), None)
+def first_importing(results: list[dict]) -> tuple[str, list[str]] | None:
+    """The first command line after which one of HEAVY was imported, and which (every later
+    command line has it too)."""
+    return next(((" ".join(r["argv"]), r["imported"]) for r in results if r["imported"]), None)
 
 
 def test_every_help_is_printed_without_importing_torch(tmp_path):
     results = run_all(tmp_path, HELP)
-    assert first_with_torch(results) is None
+    assert first_importing(results) is None
     for result in results:
         assert result["code"] == 0 and result["out"].startswith(("usage: ", "parascale ")), result
 
 
 def test_usage_errors_that_need_no_tensor_are_said_without_importing_torch(tmp_path):
     results = run_all(tmp_path, [argv for argv, _ in USAGE_ERRORS])
-    assert first_with_torch(results) is None
+    assert first_importing(results) is None
     for result, (argv, words) in zip(results, USAGE_ERRORS):
         lines = result["err"].strip().splitlines()
         assert result["code"] == 2, result
@@ -112,7 +118,7 @@ def test_a_check_that_needs_a_tensor_comes_after_them(tmp_path):
     """The data's size is known once the data is built (torch): a batch larger than it is
     refused then, in the same words as before."""
     results = run_all(tmp_path, [["train", "--workers", "2", "--global-batch", "4096"]])
-    assert results[0]["torch"] and results[0]["code"] == 2
+    assert "torch" in results[0]["imported"] and results[0]["code"] == 2
     assert "larger than the 1437 training samples of digits" in results[0]["err"]
 
 
