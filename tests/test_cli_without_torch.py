@@ -34,6 +34,8 @@ USAGE_ERRORS = [
     (["train", "--out", "/proc/x"], "--out /proc/x: cannot create a folder in /proc"),
     (["train", "--dataset", "cifar10"], "cifar10 needs --data-dir"),
     (["train", "--dataset", "mnist", "--data-dir", "/no/such/folder"], "does not exist"),
+    (["train", "--dataset", "imagefolder"], "imagefolder needs --data-dir"),
+    (["train", "--dataset", "imagefolder", "--data-dir", "script.py"], "is a file, not a folder"),
     (["run", "no_such_script.py"], "no such script: no_such_script.py"),
     (["run", "--workers", "0", "script.py"], "--workers must be a positive int, got 0"),
     (["run", "--sync", "nosuch", "script.py"], "unknown --sync 'nosuch'"),

@@ -1,6 +1,9 @@
 """Datasets that need no files: `synthetic` (generated) and `digits` (ships with scikit-learn)."""
 from __future__ import annotations
 
+import gzip
+import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parascale import lazy
@@ -71,20 +74,34 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
     )
 
 
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits()`` gives them, (images (1797, 8, 8) of 0..16,
+    labels), read from its data file as it reads it, without importing scikit-learn (which
+    imports SciPy: seconds on every run's start); through it where the file is not found."""
+    spec = importlib.util.find_spec("sklearn")  # found, not imported
+    folder = Path(list(spec.submodule_search_locations)[0]) if spec is not None and \
+        spec.submodule_search_locations else None
+    path = folder / "datasets" / "data" / "digits.csv.gz" if folder is not None else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return digits.images, digits.target
+    with gzip.open(path, mode="rt", encoding="utf-8") as text:
+        data = np.loadtxt(text, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
 def _digits(cfg: TrainConfig) -> DataBundle:
-    """scikit-learn's 1,797 8x8 handwritten digits, 1,437 train / 360 test (stratified)."""
+    """scikit-learn's 1,797 8x8 handwritten digits, 1,437 train / 360 test (stratified: the
+    split stored in :mod:`.digits_split`)."""
+    from parascale.data import digits_split
     from parascale.data.split import DataBundle, TensorSplit
 
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    x = torch.from_numpy((digits.images / 16.0).astype(np.float32)).unsqueeze(1)  # [0, 1]
-    y = torch.from_numpy(digits.target.astype(np.int64))
-    train_idx, test_idx = train_test_split(
-        np.arange(len(y)), test_size=DIGITS_TEST, random_state=DIGITS_SPLIT_SEED,
-        stratify=digits.target)
-    train_idx, test_idx = torch.from_numpy(train_idx), torch.from_numpy(test_idx)
+    images, labels = digits_arrays()
+    x = torch.from_numpy((images / 16.0).astype(np.float32)).unsqueeze(1)  # [0, 1]
+    y = torch.from_numpy(labels.astype(np.int64))
+    train_idx, test_idx = torch.tensor(digits_split.TRAIN), torch.tensor(digits_split.TEST)
     # Statistics of the fixed training split, so they too are the same for every run.
     mean, std = x[train_idx].mean().item(), x[train_idx].std().item()
     split: dict[str, Any] = dict(image_size=cfg.image_size)
