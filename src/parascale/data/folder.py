@@ -61,10 +61,11 @@ def _extensions() -> tuple[str, ...]:
 
 def _first_image(folder: Path) -> Path | None:
     """The first image below `folder`, in the order ImageFolder lists them (sorted walk)."""
+    extensions = _extensions()
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs.sort()
         for name in sorted(files):
-            if name.lower().endswith(_extensions()):
+            if name.lower().endswith(extensions):
                 return Path(root) / name
     return None
 
