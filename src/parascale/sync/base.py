@@ -116,6 +116,13 @@ class Strategy:
         return False
 
     @classmethod
+    def equivalence(cls, settings: Any) -> str | None:
+        """How N workers with B/N samples each relate to one worker with B (``traits.GRADIENT``:
+        they end alike under any optimizer; ``traits.UPDATE``: under an optimizer whose update
+        is linear in the gradient), or None: they need not end alike."""
+        return None
+
+    @classmethod
     def pattern(cls, settings: Any) -> Pattern | None:
         """How a step's exchange moves its bytes, for the cost model; None when it exchanges
         nothing the model can describe."""
