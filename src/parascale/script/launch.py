@@ -37,7 +37,7 @@ def checked(given: dict[str, Any]) -> tuple[TrainConfig, int]:
     from parascale.runtime import check_oversubscription, external_launcher
     from parascale.runtime import resolve_backend, resolve_device_type
     from parascale.runtime.env import available_cores, speaks
-    from parascale.script.api import refusal
+    from parascale.script.options import refusal
     from parascale.training.launch.preflight import world_size_for
     from parascale.validation import validate
 

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
+from parascale import lazy
 from parascale.errors import UsageError
 from parascale.runrecord import Unit, task_section
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # names and target checks run without torch (the command line's first errors)
+    torch = lazy.module("torch", globals())
 
 LOSS = "loss"
 """Every task's loss is also a metric of its evaluation, lower is better, under this name."""

@@ -14,10 +14,8 @@ from parascale.config import TrainConfig, check_run_folder
 from parascale.errors import UsageError
 from parascale.runtime import external_launcher
 from parascale.training.checkpoint import resume
-from parascale.training.launch.launcher import launch_local
 from parascale.training.launch.preflight import (plan_checked, preflight, threads_per_worker,
                                                  world_size_for)
-from parascale.training.loop.train import run_worker
 from parascale.validation import validate
 
 __all__ = ["train", "preflight", "world_size_for", "threads_per_worker"]
@@ -51,7 +49,11 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
                          "(parascale continues its restarted workers from the newest checkpoint)")
     plan = plan_checked(cfg, size)  # validated above: checked once, planned once
     if external_launcher():
+        from parascale.training.loop.train import run_worker  # torch: after the checks above
+
         return run_worker(cfg, teardown, plan) or {}
+    from parascale.training.launch.launcher import launch_local
+
     since = ("process start", command_start) if command_start is not None \
         else ("train() call", called)
     said: list[str] = []  # lines said before the log exists, for the log

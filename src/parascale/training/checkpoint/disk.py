@@ -41,13 +41,16 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-import torch
-
-from parascale import safejson
+from parascale import lazy, safejson
 from parascale.errors import NoSpace
 from parascale.files import atomic_write, no_space, no_space_named
+
+if TYPE_CHECKING:
+    import torch
+else:  # resume's checks of --out list checkpoints without torch (the command line's first line)
+    torch = lazy.module("torch", globals())
 
 FORMAT = "parascale.checkpoint/1"
 FOLDER = "checkpoints"
