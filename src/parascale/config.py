@@ -184,6 +184,12 @@ class TrainConfig:
     """Stop training once the target accuracy, or the target metric's value, is reached."""
     eval_every: int = 1
     """Evaluate on the test set every this many epochs (and always after the last)."""
+    eval_batches: int | None = None
+    """Evaluate each split on a fixed sample of N global batches (N x --global-batch samples,
+    drawn once by --seed: the same samples at every evaluation, on any number of workers with
+    that global batch) instead of the whole split; 0: the whole split. Default: the whole split
+    when it holds at most 100,000 samples (tokens, for a token model such as gpt), else a
+    sample of 200 batches."""
     noise_scale: bool = True
     """Estimate the gradient noise scale every epoch from the per-device and the averaged
     gradients' squared norms (McCandlish et al. 2018), under strategies that average gradients
@@ -364,6 +370,9 @@ def check_combinations(cfg: TrainConfig) -> None:
     if not 0 <= cfg.val_fraction < 1:
         raise UsageError(f"--val-fraction is a fraction in [0, 1) of the training set, e.g. "
                          f"0.2; got {cfg.val_fraction}")
+    if cfg.eval_batches is not None and cfg.eval_batches < 0:
+        raise UsageError(f"--eval-batches is a number of batches to evaluate, or 0 for the "
+                         f"whole split; got {cfg.eval_batches}")
     if not cfg.evaluate_test and not cfg.val_fraction:
         raise UsageError("--no-evaluate-test needs a validation split to evaluate instead, "
                          "e.g. --val-fraction 0.2")

@@ -14,7 +14,7 @@ from parascale import tasks
 from parascale.config import TrainConfig
 from parascale.runrecord import EpochEntry
 from parascale.training.loop import lr as lr_rule
-from parascale.training.loop.evaluate import evaluate
+from parascale.training.loop.evaluate import evaluate_epoch
 from parascale.training.loop.run import Run
 from parascale.training.loop.sampling import train_shard
 from parascale.training.observe import console
@@ -99,14 +99,7 @@ def run_epoch(run: Run, epoch: int,
     # its time spans a restart: a warm-up epoch again
     entry.resumed = bool(part or (progress.resumed and epoch == progress.position["epoch"]))
     if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
-        run.strategy.before_evaluation()
-        # --val-fraction: the validation split, what a search may look at
-        for name, split in (("test", run.bundle.test if cfg.evaluate_test else None),
-                            ("val", run.bundle.val)):
-            if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
-                entry.metrics.update({f"{name}_{metric}": value for metric, value in evaluate(
-                    run.task, run.strategy.local_module(), split, world, max(per_device, 256),
-                    lambda: _autocast(cfg, device)).items()})
+        evaluate_epoch(run, entry, lambda: _autocast(cfg, device))
     entry.elapsed_s = time.perf_counter() - progress.t_start
     return entry, rows
 
