@@ -130,14 +130,23 @@ def _totals(task: Task, model: nn.Module, split, batches: Sequence, device: torc
     bar = tqdm(total=len(batches), unit="batch", file=console.terminal(sys.stderr),
                mininterval=0.5, disable=None if label else True, leave=False,
                desc=f"evaluating {label}")
+    # on a GPU the host queues batches far ahead of the device: the bar waits for the batch
+    # before the one just queued, so that it shows work done, not work queued
+    paced = device.type == "cuda" and not bar.disable
+    done: Any = None  # the CUDA event after the batch before
     for batch in split.batches(batches, device, train=False):
-        bar.update()
         once, n = _Once(model), samples_in(batch)
         with autocast():
             values = [m.fn(once, batch) for m in metrics]
         for i, value in enumerate(values):
             totals[i] += torch.as_tensor(value, device=device).detach().double().reshape(()) * n
         totals[-1] += n
+        if paced:
+            if done is not None:
+                done.synchronize()
+            done = torch.cuda.Event()
+            done.record()
+        bar.update()
     bar.close()
     model.train(was_training)
     return totals

@@ -23,13 +23,17 @@ from parascale.training.record.epochs import epoch_entry
 
 
 _NOTHING = contextlib.nullcontext()  # reusable: one object for every step, not one per step
+_AUTOCASTS: dict[tuple[str, str], torch.autocast] = {}  # the same: entered one at a time
 
 
 def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
     if cfg.precision == "fp32":
         return _NOTHING
-    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    key = (device.type, cfg.precision)
+    if key not in _AUTOCASTS:
+        dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
+        _AUTOCASTS[key] = torch.autocast(device.type, dtype=dtype)
+    return _AUTOCASTS[key]
 
 
 def run_epoch(run: Run, epoch: int,
