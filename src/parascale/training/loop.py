@@ -28,6 +28,7 @@ from parascale.training import checkpoint, console, resume, state
 from parascale.training import lr as lr_rule
 from parascale.training.assemble import assemble
 from parascale.training.board import open_board
+from parascale.training.building import build_model
 from parascale.training.contention import CpuWatch
 from parascale.training.divergence import DivergenceWatch, advice
 from parascale.training.epochs import epoch_entry
@@ -76,9 +77,8 @@ def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractCont
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _build_model(cfg: TrainConfig, task: tasks.Task, device: torch.device) -> nn.Module:
-    torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-    model = task.model().to(device)
+def _build_model(cfg: TrainConfig, task: tasks.Task, world: World) -> nn.Module:
+    model = build_model(cfg, world, task.model)  # sharded parameters: built without storage
     if cfg.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if cfg.compile:
@@ -179,14 +179,14 @@ def _set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     choice = resume.in_world(cfg, world, None if pending else plan.total_steps)
     saved = checkpoint.load(Path(choice.path)) if choice else None
     original = cfg
-    resolved = kind.resolve(cfg, world, bundle, lambda: _build_model(original, task, device),
+    resolved = kind.resolve(cfg, world, bundle, lambda: _build_model(original, task, world),
                             saved["progress"] if saved is not None else None)
     cfg, tuning_s = resolved.cfg, resolved.seconds
     if pending:  # the plan of the setting now decided
         plan = _plan(cfg, world, bundle, None)
     strategy = sync.build(cfg, world)
     strategy.adopt(resolved)
-    model = _build_model(cfg, task, device)
+    model = _build_model(cfg, task, world)
     measured = flops.measure(cfg, world, plan.derived.per_device_batch, bundle.train, model,
                              task.loss)
     net = strategy.wrap(model)
@@ -303,7 +303,7 @@ def _epoch(run: Run, epoch: int,
             if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
                 entry.metrics.update({f"{name}_{metric}": value for metric, value in evaluate(
                     run.task, run.strategy.local_module(), split, world, max(per_device, 256),
-                    lambda: _autocast(cfg, device)).items()})
+                    lambda: _autocast(cfg, device), run.strategy.evaluates_in_lockstep).items()})
     entry.elapsed_s = time.perf_counter() - progress.t_start
     return entry, rows
 
