@@ -272,7 +272,8 @@ def recipe_of(model: nn.Module) -> Recipe | None:
 
 def build(factory: Callable[[], nn.Module]) -> nn.Module:
     """``factory()`` on the meta device, its operations written down (:func:`recipe_of`). The
-    global generator ends where ``factory()`` would leave it. Raises NotReplayable."""
+    global generator ends where ``factory()`` would leave it; where the construction cannot be
+    replayed, it is as it was before, and NotReplayable says why."""
     recorder = _Recorder()
     state = torch.get_rng_state()
     originals = {name: getattr(nn.init, name) for name in _SKIP_META}
@@ -281,6 +282,9 @@ def build(factory: Callable[[], nn.Module]) -> nn.Module:
             setattr(nn.init, name, recorder.initialiser(original))
         with torch.device(_META), _Constants(), recorder:
             model = factory()
+        if isinstance(model, nn.Module):  # anything else: the caller says what is wrong
+            _RECIPES[model] = _recipe(model, recorder)
+        return model
     except Exception as exc:  # noqa: BLE001 - whatever meta tensors cannot do, in one line
         torch.set_rng_state(state)
         cause: BaseException = exc
@@ -294,8 +298,10 @@ def build(factory: Callable[[], nn.Module]) -> nn.Module:
     finally:
         for name, original in originals.items():
             setattr(nn.init, name, original)
-    if not isinstance(model, nn.Module):
-        return model  # the caller says what is wrong with it
+
+
+def _recipe(model: nn.Module, recorder: _Recorder) -> Recipe:
+    """The recipe of every parameter, buffer and tensor attribute of ``model``."""
     tensors: dict[str, _View] = {}
     for name, t in [*model.named_parameters(remove_duplicate=False),
                     *model.named_buffers(remove_duplicate=False)]:
@@ -316,8 +322,7 @@ def build(factory: Callable[[], nn.Module]) -> nn.Module:
                     and attr not in ("_parameters", "_buffers", "_modules"):
                 raise NotReplayable(f"{path or 'the model'}.{attr} holds tensors that are "
                                     "neither parameters nor buffers")
-    _RECIPES[model] = Recipe(tensors, attributes)
-    return model
+    return Recipe(tensors, attributes)
 
 
 def _copy(target: torch.Tensor, whole: torch.Tensor) -> None:
@@ -330,7 +335,14 @@ def materialise(model: nn.Module, device: torch.device,
     and its values, one tensor at a time; ``fill(target, whole)`` puts into ``target`` its part
     of the whole tensor (a shard of it, or all of it)."""
     recipe = _RECIPES.pop(model)
+    tied: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        tied.setdefault(id(p), []).append(name)
     model.to_empty(device=device)
+    for first, *others in tied.values():  # to_empty makes a new parameter for each module
+        for name in others:
+            path, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(path), attr, model.get_parameter(first))
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
             fill(t, recipe.value(name))

@@ -251,13 +251,11 @@ def _mmap_threshold(text: str) -> None:
     """mallopt(M_MMAP_THRESHOLD): allocations above it are mapped and unmapped on their own (and
     the threshold no longer rises as buffers are freed). Not glibc, or not a number: unchanged."""
     import ctypes
-    import ctypes.util
 
     if not (text.strip().isascii() and text.strip().isdigit()):
         return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, int(text))
+    try:  # the process's own symbols, libc's among them (find_library would run ldconfig)
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(text))
     except (OSError, AttributeError):
         pass
 

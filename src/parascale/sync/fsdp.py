@@ -224,8 +224,9 @@ class FSDP(Strategy):
         self._evaluating = bool(modules)
 
     def finish(self) -> None:
-        """Gather the whole model for model.pt (collective; rank 0 keeps it)."""
-        if not self._fsdp_modules():
+        """Gather the whole model for model.pt (collective; rank 0 keeps it), where the run
+        writes one: rank 0 then holds the whole model, which a run without one never does."""
+        if not self._fsdp_modules() or not self.cfg.save_model:
             return
         from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                              get_model_state_dict)

@@ -17,7 +17,7 @@ from parascale.runtime.processes import map_large_buffers
 #: where the strategy shards the parameters on the CPU, buffers from this size up are mapped
 #: on their own: glibc would keep the gathered units and gradients each step frees in its
 #: heap, and the resident peak would be theirs, not what the rank holds (docs/design.md)
-MAP_FROM = 4 << 20
+MAP_FROM = 128 << 10
 
 
 def shards_parameters(cfg, world: World) -> bool:
