@@ -31,8 +31,10 @@ def train(out: Path, sync: str, width: int, layers: int, args) -> tuple[dict, st
                "--sync", sync, "--device-memory", args.cap, "--no-evaluate-test",
                "--val-fraction", "0.0005", "--no-noise-scale", "--no-save-model",
                "--out", str(out)]
-    proc = subprocess.run([sys.executable, "-m", *command[1:]], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True,
                           check=False)
+    if not (out / "record.json").exists():
+        raise SystemExit(f"{' '.join(command)} wrote no record:\n{proc.stderr[-2000:]}")
     record = json.loads((out / "record.json").read_text())
     return record, (proc.stderr.strip().splitlines() or [""])[-1], command
 
