@@ -34,7 +34,7 @@ def hand(steps: int, threads: int, optimizer: str) -> float:
     from parascale import models
     from parascale.config import TrainConfig
     from parascale.data import text
-    from parascale.training.sampling import epoch_order
+    from parascale.training.loop.sampling import epoch_order
 
     torch.set_num_threads(threads)
     cfg = TrainConfig(model="gpt", dataset="shakespeare", context=RECIPE["context"],

@@ -1,21 +1,21 @@
-"""Is the gradient noise scale right, and is it cheap? (src/parascale/training/noise.py)
+"""Is the gradient noise scale right, and is it cheap? (src/parascale/training/observe/noise.py)
 
 1. Estimator validation, on real torch.distributed: 2 and 4 gloo worker processes on loopback.
-   Least squares with x ~ N(0, I_d), y = x·w* + ε, ε ~ N(0, σ²), held at fixed parameters
-   w = w* + r (no training, so the truth stays put): the per-sample gradient of
-   loss = mean squared error / 2 is x(x·w − y), so G = r, tr(Σ) = (d + 1)|r|² + dσ² and
-   B_simple = d + 1 + dσ²/|r|² exactly (tests/test_noise_scale.py derives it). Every rank draws
-   its own batch of b samples per step from its own generator, computes its gradient with
-   autograd, takes |g_i|², all-reduces the gradients (sum / N, the average), takes |G_B|²; the
-   same numbers go to ``parascale.training.noise.estimate`` (small = b, big = N·b). To keep the
-   part under ~2 minutes on 2 oversubscribed cores (one gloo all_reduce of a few floats costs
-   ~0.7 ms on 2 ranks and ~5 ms on 4 here), ``--chunk`` steps are computed in one autograd call
-   (each step has its own row of a (chunk, d) copy of w, so row k's gradient is step k's) and
-   all-reduced in one call: the arithmetic per step is the same as a step-by-step loop. The
-   stated tolerance (``--tolerance``, fixed before the run): |relative error| <= 10 %, and
-   separately |error| < 3 jackknife standard errors. A training-path check follows: the same
-   ``parascale train`` run (digits, smallcnn, 2 workers, one seed) under --sync allreduce and
-   --sync reduce-broadcast, whose per-epoch noise figures must agree to rounding.
+   Least squares with x ~ N(0, I_d), y = x·w* + ε, ε ~ N(0, σ²), held at fixed parameters w = w*
+   + r (no training, so the truth stays put): the per-sample gradient of loss = mean squared
+   error / 2 is x(x·w − y), so G = r, tr(Σ) = (d + 1)|r|² + dσ² and B_simple = d + 1 + dσ²/|r|²
+   exactly (tests/test_noise_scale.py derives it). Every rank draws its own batch of b samples
+   per step from its own generator, computes its gradient with autograd, takes |g_i|²,
+   all-reduces the gradients (sum / N, the average), takes |G_B|²; the same numbers go to
+   ``parascale.training.observe.noise.estimate`` (small = b, big = N·b). To keep the part under
+   ~2 minutes on 2 oversubscribed cores (one gloo all_reduce of a few floats costs ~0.7 ms on 2
+   ranks and ~5 ms on 4 here), ``--chunk`` steps are computed in one autograd call (each step
+   has its own row of a (chunk, d) copy of w, so row k's gradient is step k's) and all-reduced
+   in one call: the arithmetic per step is the same as a step-by-step loop. The stated tolerance
+   (``--tolerance``, fixed before the run): |relative error| <= 10 %, and separately |error| < 3
+   jackknife standard errors. A training-path check follows: the same ``parascale train`` run
+   (digits, smallcnn, 2 workers, one seed) under --sync allreduce and --sync reduce-broadcast,
+   whose per-epoch noise figures must agree to rounding.
 2. Cost: ``parascale train --workers 2`` with and without ``--no-noise-scale``, alternating
    (A B, B A, ...) so drifting machine load hits both alike; smallcnn on digits and resnet18 on
    a small synthetic set. Per round: the median steady step time
@@ -65,7 +65,7 @@ def least_squares_worker(rank: int, world: int, port: int, settings: list[tuple]
     # would have rank 0's TCPStore listen on every interface
     dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", port, is_master=False),
                             rank=rank, world_size=world)
-    from parascale.training.noise import estimate
+    from parascale.training.observe.noise import estimate
 
     for index, (d, sigma, r_norm, b) in enumerate(settings):
         shared = torch.Generator().manual_seed(seed * 1000 + index)  # same w*, r on every rank

@@ -1,6 +1,7 @@
 """Peak memory per rank under each sharded strategy against replicated allreduce, on 2 CPU
 workers, with step time and throughput beside it, and predict's memory model and step time
-checked against them (src/parascale/predict/memory.py and costs.py, training/memory_split.py).
+checked against them (src/parascale/predict/memory.py and costs.py,
+training/observe/memory_split.py).
 
 Two models: ``wide``, an MLP on digits (``--layers`` hidden layers of ``--width``) trained by
 SGD with momentum, and ``gpt``, the GPT on Shakespeare (``--layers`` blocks of ``--width``)
@@ -23,7 +24,7 @@ allreduce run of the same model and a ``parascale comm`` record of 2 workers on 
         [--width 2048] [--layers 12] [--steps 8]
 
 With ``MALLOC_MMAP_THRESHOLD_=131072`` in the environment every worker maps each large buffer
-on its own, as fsdp's workers do by themselves (training/building.py); without it, allreduce's
+on its own, as fsdp's workers do by themselves (training/loop/building.py); without it, allreduce's
 and zero's keep glibc's default. Output and reading: benchmarks/RESULTS-sharded.md.
 """
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The trainer's own per-step work, without start-up, epochs or machine load in the way.
 
 One process, one worker (a world of one, gloo on loopback), LeNet on digits at batch 32 unless
-told otherwise: parascale's real step (``training.loop._step``, on the run its set-up builds:
-strategy, clock, divergence check, noise scale, fault hooks, profiler hooks, data pipeline) and
-a plain hand-written step (index a pre-normalised tensor, forward, loss, zero_grad, backward,
-step) on the same model and optimizer, in alternating blocks of steps. Each block reports its
-CPU time per step (``time.process_time_ns``: the one thread's own time, so waiting for a core
-that other processes hold does not count) and its wall time per step. The figure is plain /
+told otherwise: parascale's real step (``training.loop.step.take_step``, on the run its set-up
+builds: strategy, clock, divergence check, noise scale, fault hooks, profiler hooks, data
+pipeline) and a plain hand-written step (index a pre-normalised tensor, forward, loss,
+zero_grad, backward, step) on the same model and optimizer, in alternating blocks of steps.
+Each block reports its CPU time per step (``time.process_time_ns``: the one thread's own time,
+so waiting for a core that other processes hold does not count) and its wall time per step. The figure is plain /
 parascale (a throughput ratio), per block pair, as the median over pairs.
 
     .venv/bin/python benchmarks/step_overhead.py [--model lenet] [--rounds 21] [--steps 300]
@@ -24,8 +24,8 @@ from parascale.config import TrainConfig
 from parascale.runtime import joined
 from parascale.runtime.local import open_store
 from parascale.runtime.world import LOCAL_ENV
-from parascale.training import loop
-from parascale.training.measure import LossTally
+from parascale.training.loop import setup, step
+from parascale.training.observe.measure import LossTally
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     cfg = TrainConfig(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
                       lr=0.05, save_model=False, out=None, threads=1)
     with joined("cpu", "gloo", None, 60, True) as world:
-        run = loop._set_up(cfg, world, None)  # no plan handed over: the worker makes its own
+        run = setup.set_up(cfg, world, None)  # no plan handed over: the worker makes its own
         train = run.bundle.train
         order = [torch.randperm(len(train))[:32] for _ in range(args.steps)]
         x = (train.x - train.x.mean()) / train.x.std()  # normalised once, as by hand
@@ -64,11 +64,11 @@ def main() -> None:
             losses = LossTally(world.device)
             cpu, wall = time.process_time_ns(), time.perf_counter_ns()
             for _ in order:
-                loop._step(run, batches, losses)
+                step.take_step(run, batches, losses)
             run.divergence.settle(final=True)  # the epoch's end decides its last step
             spent = time.process_time_ns() - cpu, time.perf_counter_ns() - wall
-            run.clock.flush()
-            run.clock.restart()
+            run.phases.clock.flush()
+            run.phases.clock.restart()
             losses.total()
             return spent
 

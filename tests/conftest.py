@@ -403,7 +403,7 @@ def fill_disk(disk: Path, leave: int = 0) -> Path:
 
 # ---- checkpoints written without a run -------------------------------------------------------
 def run_state(step: int = 6, world_size: int = 1, value: float = 1.0) -> dict[str, Any]:
-    """A small state with the outline a run's checkpoint has (training/state.py): what
+    """A small state with the outline a run's checkpoint has (training/checkpoint/state.py): what
     ``checkpoint.newest`` accepts as a run's."""
     return {"position": {"step": step, "epoch": 2, "done": 1}, "replicas_agree": True,
             "shared": {"model": {"w": torch.full((64, 64), value), "b": torch.arange(8.0)},

@@ -189,7 +189,7 @@ def series(folder: Path) -> dict[str, dict[int, float]]:
 def assert_matches(found: dict[str, dict[int, float]], epochs: list[dict]) -> None:
     """Each epoch's figures in the record are each series' value at that epoch (the event
     format keeps float32), and there is no series the record does not hold."""
-    from parascale.training.board import scalars
+    from parascale.training.observe.tensorboard import scalars
 
     wanted: dict[str, dict[int, float]] = {}
     for entry in epochs:

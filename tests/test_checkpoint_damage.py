@@ -11,7 +11,8 @@ import torch
 
 from conftest import run_state
 from parascale.config import TrainConfig
-from parascale.training import checkpoint, resume
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import resume
 
 
 def torch_bytes(value) -> bytes:

@@ -10,7 +10,7 @@ import torch
 from conftest import fill_disk, one_line_error, run_state, run_training
 from parascale.cli.main import main
 from parascale.errors import NoSpace
-from parascale.training import checkpoint
+from parascale.training.checkpoint import disk as checkpoint
 
 BIG = {"w": torch.ones(64, 1024)}  # 256 KB
 MANIFEST = {"epoch": 2, "world_size": 1, "config": {}}

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import run_state
-from parascale.training import checkpoint
-from parascale.training.state import rng_states, set_rng_states
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint.state import rng_states, set_rng_states
 
 
 def write(folder, *steps: int) -> list[checkpoint.Found]:

@@ -10,7 +10,8 @@ from conftest import run_state
 from parascale.cli.main import main
 from parascale.config import TrainConfig, checkpoint_interval
 from parascale.errors import UsageError
-from parascale.training import checkpoint, resume
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import resume
 from parascale.validation import validate
 
 

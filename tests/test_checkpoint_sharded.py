@@ -14,7 +14,8 @@ from conftest import STEPS, assert_same, fill_disk, run_state, run_training
 
 from parascale.config import TrainConfig
 from parascale.errors import NoSpace
-from parascale.training import checkpoint, resume
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import resume
 
 
 def written(folder, step: int, world_size: int = 2, big: int = 0) -> checkpoint.Found:

@@ -103,3 +103,21 @@ def test_the_file_is_whole_or_absent(tmp_path):
     data.prepare(TrainConfig(dataset="digits"), keep=True)
     names = [p.name for p in (tmp_path / "handover").iterdir()]
     assert names == ["data-0.pt"]  # no .tmp left behind
+
+
+def test_the_corpus_is_encoded_once_by_the_launcher_and_handed_over(monkeypatch):
+    """--dataset shakespeare was built again by every check of a study's configurations and by
+    every worker (0.3 s of encoding each); it is kept and mapped as the image data is."""
+    from parascale.data import text
+
+    cfg = TrainConfig(model="gpt", dataset="shakespeare", context=16)
+    facts = data.prepare(cfg, keep=True)
+    own = data.build(cfg)
+    assert facts["train"] == len(own.train) and facts["num_classes"] == own.num_classes
+
+    def no_second_build(*_):
+        raise AssertionError("the corpus was read and encoded again")
+
+    monkeypatch.setattr(text, "corpus", no_second_build)
+    assert data.prepare(cfg, keep=True) == facts
+    same(handed(cfg, monkeypatch), own)

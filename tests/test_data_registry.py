@@ -57,6 +57,23 @@ def test_digits_split_sizes_shape_and_fixed_test_set():
     assert torch.equal(x_test, everything(b.test)[0]) and torch.equal(y_test, everything(b.test)[1])
 
 
+def test_the_stored_digits_split_is_the_one_scikit_learn_draws():
+    """Digits are read without importing scikit-learn: its data file, read as load_digits()
+    reads it, and its split, stored (data/digits_split.py), as train_test_split draws it."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from parascale.data import builtin, digits_split
+
+    digits = load_digits()
+    train, test = train_test_split(np.arange(len(digits.target)), test_size=builtin.DIGITS_TEST,
+                                   random_state=builtin.DIGITS_SPLIT_SEED, stratify=digits.target)
+    assert digits_split.TRAIN == tuple(train.tolist())
+    assert digits_split.TEST == tuple(test.tolist())
+    images, labels = builtin.digits_arrays()
+    assert np.array_equal(images, digits.images) and np.array_equal(labels, digits.target)
+
+
 def test_digits_are_scikit_learns_images_scaled_to_unit_range():
     from sklearn.datasets import load_digits
 

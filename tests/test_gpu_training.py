@@ -2,9 +2,9 @@
 
 The device comes from --gpus (runtime.world.resolve_device_type, then torch.cuda.set_device in
 join), the backend from it (NCCL), and the record says both; the CUDA allocator's peak goes in
-the record's ``memory`` section (training.measure.peak_memory); fp16 trains with a gradient
-scaler whose state a checkpoint keeps, bf16 without one (training.loop); ``--compile`` wraps the
-model in torch.compile. Skipped, with the reason, where torch sees no CUDA device.
+the record's ``memory`` section (training.observe.measure.peak_memory); fp16 trains with a
+gradient scaler whose state a checkpoint keeps, bf16 without one (training.loop.step);
+``--compile`` wraps the model in torch.compile. Skipped, with the reason, where torch sees no CUDA device.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import GPU_TIER, run_training
-from parascale.training import checkpoint
+from parascale.training.checkpoint import disk as checkpoint
 
 pytestmark = GPU_TIER
 

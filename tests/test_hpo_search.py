@@ -19,7 +19,7 @@ from parascale.hpo import study as studies
 from parascale.studydb import open_storage
 from conftest import wait_until
 
-from parascale.training.pruning import ENV as JUDGE_ENV
+from parascale.training.loop.pruning import ENV as PRUNER_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +138,7 @@ def _judged_trial(tmp_path, monkeypatch):
         the_study.add_trial(create_trial(value=0.999, params={"lr": 0.05}, distributions=lr,
                                          intermediate_values={1: 0.999, 2: 0.999, 3: 0.999}))
     trial = the_study.ask(lr)
-    monkeypatch.setenv(JUDGE_ENV, json.dumps({
+    monkeypatch.setenv(PRUNER_ENV, json.dumps({
         "storage": storage, "study": "t", "trial_id": trial._trial_id, "number": trial.number,
         "pruner": "median", "objective": "accuracy"}))
     return the_study, trial

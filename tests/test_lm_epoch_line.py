@@ -5,7 +5,7 @@ from parascale import tasks
 from parascale.batch import make_plan
 from parascale.config import TrainConfig
 from parascale.runrecord import EpochEntry
-from parascale.training.judging import epoch_line
+from parascale.training.loop.lines import epoch_line
 
 
 def test_the_gpts_epoch_line_and_entry_carry_perplexity():

@@ -15,7 +15,7 @@ from parascale.report import format_terminal, write_report
 from parascale.report.wording import busy_lines, busy_sentence, sentences
 from parascale.run_summary import busy_warning
 from parascale.runtime.machine import CpuCounters
-from parascale.training.contention import machine_section
+from parascale.training.observe.contention import machine_section
 
 # Python busy loops on three threads (hashlib releases the GIL), in a session of its own: Linux's
 # autogroup scheduling shares the CPUs between sessions first, so a one-thread burner in the

@@ -146,6 +146,23 @@ def test_a_worker_over_its_cap_ends_the_run_as_oom_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_parascale_run_from_python_caps_its_copies_too(tmp_path):
+    """The cap travels with the launch (the job's configuration), not around the command: a
+    script's copies started by ``parascale.script.launch.run`` are capped as the CLI's are."""
+    from parascale.script.launch import run
+
+    usable_hierarchy()
+    script = tmp_path / "hog.py"
+    script.write_text("hog = b'\\x01' * (600 << 20)  # every page written: 600 MiB\n")
+    record = run({"workers": 1, "device_memory": CAP, "timeout": 60.0,
+                  "out": str(tmp_path / "run")}, script, [])
+    assert record["status"] == "oom", record["reason"]
+    assert record["reason"] == ("rank 0: ran out of memory: its --device-memory cap is 400 MiB "
+                                "(the kernel's out-of-memory killer ended it there)")
+    assert groups_of(os.getpid()) == []
+
+
+@pytest.mark.slow
 def test_a_study_skips_a_larger_batch_after_one_ran_out_of_its_cap(tmp_path):
     """smallcnn on 3x32x32 inputs: about 230 MiB of its own at batch 16, over 500 at 512."""
     usable_hierarchy()
@@ -193,7 +210,11 @@ def test_no_cgroup_outlives_a_sigterm_and_a_killed_launchers_go_with_the_next_la
     proc.kill()
     proc.wait()
     assert wait_until(lambda: not alive(pids), 30.0), alive(pids)
-    assert len(groups_of(proc.pid)) == 1  # nothing could remove it
+    (job,) = groups_of(proc.pid)  # nothing could remove it
+    # a killed process leaves its cgroup a moment after it is dead (later on a loaded machine);
+    # a sweep takes only groups whose processes have left, and leaves the others to the next
+    assert wait_until(lambda: not any((group / "cgroup.procs").read_text().split()
+                                      for group in job.glob("rank*")), 30.0)
     run_training(tmp_path / "next", workers=1, model="mlp", steps=1, device_memory=CAP,
                  save_model=False)
     assert groups_of(proc.pid) == []

@@ -1,10 +1,10 @@
-"""Memory by category (training/memory_split.py): counted from the tensors on each rank."""
+"""Memory by category (training/observe/memory_split.py): counted from the tensors on each rank."""
 import pytest
 import torch
 from conftest import STEPS
 from torch import nn
 
-from parascale.training.memory_split import MemorySplit, optimizer_state_bytes, tensor_bytes
+from parascale.training.observe.memory_split import MemorySplit, optimizer_state_bytes, tensor_bytes
 
 
 def test_shared_storages_are_counted_once():

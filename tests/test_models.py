@@ -106,6 +106,16 @@ def test_bad_classes_or_shape_are_usage_errors(classes, shape):
 
 # --- torchvision ---------------------------------------------------------------------------------
 
+def test_torchvision_names_are_read_from_its_source_as_it_lists_them():
+    """An unknown name is refused, and a close one suggested, without importing torchvision:
+    the names come from its source files, the same list its registry gives once imported."""
+    import torchvision.models as tvm
+
+    from parascale.models.tv import registered_in_source
+
+    assert registered_in_source() == tuple(tvm.list_models(module=tvm))
+
+
 def test_torchvision_model_builds_and_probes():
     model = models.build("resnet18", 10, (3, 32, 32))
     assert type(model).__module__.startswith("torchvision.")

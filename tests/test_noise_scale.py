@@ -1,4 +1,4 @@
-"""The gradient noise scale (training/noise.py): the estimator against a problem whose true
+"""The gradient noise scale (training/observe/noise.py): the estimator against a problem whose true
 tr(Σ) and |G|² are known, and the measurement wired into real training.
 
 Least squares with x ~ N(0, I_d), y = x·w* + ε, ε ~ N(0, σ²), at parameters w = w* + r: the
@@ -12,7 +12,7 @@ import torch
 from parascale import precision
 from parascale.config import TrainConfig
 from parascale.sync import Traits
-from parascale.training.noise import NoiseScale, _round, advice, estimate
+from parascale.training.observe.noise import NoiseScale, _round, advice, estimate
 
 D, SIGMA, R_NORM = 20, 1.0, 0.5
 TRUE_TRACE = (D + 1) * R_NORM ** 2 + D * SIGMA ** 2

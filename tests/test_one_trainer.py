@@ -55,7 +55,7 @@ def test_one_module_launches_training_workers_and_stages_their_results():
                     and isinstance(func.value, ast.Name) and func.value.id in modules:
                 callers.setdefault(name, set()).add(ast.unparse(func).rpartition(".")[2])
     # parascale comm's workers measure the links; they train nothing
-    assert callers == {"training/launcher.py": {"launch", "produce"},
+    assert callers == {"training/launch/launcher.py": {"launch", "produce"},
                        "comm/measure.py": {"launch", "produce"}}
 
 
@@ -82,8 +82,9 @@ def test_only_the_record_builder_makes_a_run_record():
                         made = "a dict with the run record's schema"
             if made:
                 makers.setdefault(name, []).append(made)
-    assert set(makers) == {"runrecord.py", "training/assemble.py"}
-    assert makers["training/assemble.py"] == ["RunSummary"]  # its figures, handed to finished()
+    assert set(makers) == {"runrecord.py", "training/record/assemble.py"}
+    # its figures, handed to finished()
+    assert makers["training/record/assemble.py"] == ["RunSummary"]
     assert "Record" in makers["runrecord.py"]
 
 
@@ -91,6 +92,7 @@ def test_the_epoch_entry_is_made_in_one_place_for_train_and_run():
     made = {name for name, tree in _trees().items() for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "EpochEntry"}
-    assert made == {"training/epochs.py"}  # and EpochEntry.from_dict, a classmethod (cls(...))
+    # and EpochEntry.from_dict, a classmethod (cls(...))
+    assert made == {"training/record/epochs.py"}
     users = {name for name, tree in _trees().items() if "epoch_entry" in _calls(tree, {"epoch_entry"})}
-    assert users == {"training/loop.py", "script/api.py"}
+    assert users == {"training/loop/step.py", "script/api.py"}

@@ -7,7 +7,9 @@ import pytest
 
 from parascale.runtime import machine
 
-BURN = "import sys,time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass\n" \
+# the child burns 0.5 s and the checks ask for 0.3: /proc's counts are in clock ticks, sampled
+# (a loaded machine misattributes a few), while the child's own clock is exact
+BURN = "import sys,time\nt=time.process_time()\nwhile time.process_time()-t<0.5: pass\n" \
        "print('done', flush=True)\nsys.stdin.read()"
 
 
@@ -26,7 +28,7 @@ def test_a_live_child_counts_once_a_walk_has_found_it():
     child = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout.readline().strip() == "done"  # it has burnt its 0.3 s, and lives
+        assert child.stdout.readline().strip() == "done"  # it has burnt its 0.5 s, and lives
         assert own() - before >= 0.3
     finally:
         child.communicate("")

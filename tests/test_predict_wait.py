@@ -11,7 +11,7 @@ from test_predict_cli import OPTIMIZER, run_record
 from conftest import write_study
 from parascale.predict import Options, predict, wait
 from parascale.predict.model import expected_max
-from parascale.training.measure import step_summary
+from parascale.training.observe.measure import step_summary
 
 
 def test_expected_max_of_a_uniform_distribution_by_hand():

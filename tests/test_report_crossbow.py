@@ -9,7 +9,7 @@ from conftest import record, write_study
 from parascale.cli.main import main
 from parascale.report import crossbow, load_studies, terminal_summary
 from parascale.report.accuracy import time_to_target
-from parascale.report.plots import COLORS, _figure
+from parascale.report.plots import COLORS, new_figure
 
 
 def curve(*points):
@@ -85,7 +85,7 @@ def test_a_study_target_fills_records_that_lack_the_computation(tmp_path):
 
 def drawn(records) -> set[str]:
     """The names of the Crossbow figures built (not rendered: that is make_plots' part)."""
-    made = [build(records, _figure, COLORS) for build in crossbow.BUILDERS]
+    made = [build(records, new_figure, COLORS) for build in crossbow.BUILDERS]
     return {m[1] for m in made if m is not None}
 
 

@@ -13,7 +13,7 @@ from parascale.report import load_records, summary_rows
 from parascale.report.plots import _memory, make_plots, series_labels
 from parascale.report.rows import grouped
 from parascale.report.tables import format_csv, format_markdown
-from parascale.training.memory_split import MemorySplit
+from parascale.training.observe.memory_split import MemorySplit
 
 MIB = 1 << 20
 

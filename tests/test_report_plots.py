@@ -7,7 +7,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from parascale.report import load_records, summary_rows
-from parascale.report.plots import _worker_axis, make_plots, series_labels, write_plots
+from parascale.report.plots import worker_axis, make_plots, series_labels, write_plots
 from conftest import record, write_study
 from helpers import record_at
 
@@ -83,7 +83,7 @@ def test_plots_without_step_times_or_accuracy_are_left_out(tmp_path):
                                       ([1, 3, 6], False), ([4], False)])
 def test_worker_axis_is_log2_for_powers_of_two_with_real_labels(ns, log2):
     ax = Figure().subplots()
-    _worker_axis(ax, ns)
+    worker_axis(ax, ns)
     assert (ax.get_xscale() == "log") == log2
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(n) for n in ns]
     assert list(ax.get_xticks()) == ns

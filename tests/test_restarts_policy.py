@@ -13,7 +13,7 @@ from parascale.runtime import local
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.failure import repeats
 from parascale.runtime.faults import ENV, Faults
-from parascale.training.console import ConsoleLog, terminal
+from parascale.training.observe.console import ConsoleLog, terminal
 
 
 @pytest.mark.parametrize("outcome, restartable", [
@@ -39,7 +39,7 @@ class FakeJob:
     ends: list[local.Outcome] = []
     told: list[dict[str, str]] = []
 
-    def __init__(self, module, size, env, store, threads):
+    def __init__(self, module, size, env, store, threads, cap=None):
         FakeJob.told.append(dict(env))
 
     def run(self) -> local.Outcome:

@@ -89,6 +89,16 @@ def test_a_strategy_the_api_cannot_run_is_refused_naming_why(tmp_path, capsys):
     assert "--sync zero cannot run a script" in line and "optimizer" in line
 
 
+def test_reduce_broadcast_runs_a_script():
+    """Issue 32: it was refused as needing the trainer's step, yet its whole exchange is in
+    ``synchronize``, which the API calls before the script's own step; the combination matrix
+    (test_matrix_processes.py) holds its scripts to one copy with the whole batch."""
+    from parascale.script import launch
+
+    cfg, size = launch.checked({"sync": "reduce-broadcast", "workers": 2})
+    assert (cfg.sync, size) == ("reduce-broadcast", 2)
+
+
 def test_an_unknown_strategy_is_one_line(tmp_path, capsys):
     assert "unknown --sync 'bogus'" in refused(capsys, tmp_path, "--sync", "bogus", str(SCRIPT))
 
@@ -187,7 +197,7 @@ def test_local_sgd_runs_a_script_and_its_checkpoint_comes_back(tmp_path):
 
 def test_after_a_double_dash_every_argument_is_the_script_s():
     from parascale.cli.main import build_parser
-    from parascale.cli.run_cmd import script_args
+    from parascale.cli.parsers import script_args
 
     argv = ["run", "--workers", "2", str(SCRIPT), "--", "--workers", "3"]
     command = build_parser(argv).parse_args(argv).command

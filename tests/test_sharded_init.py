@@ -1,6 +1,6 @@
 """Sharded from the first byte (issue 33): under a strategy that shards the parameters, the model
 is built without storage and each rank materialises its own shards, bit for bit the values a
-whole build gives (models/deferred.py, training/building.py, sync/fsdp.py); what cannot be
+whole build gives (models/deferred.py, training/loop/building.py, sync/fsdp.py); what cannot be
 replayed is built whole, saying why; what FSDP cannot shard is one line before any worker."""
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from parascale.errors import UsageError
 from parascale.models import deferred
 from parascale.runtime.world import World
 from parascale.sync.fsdp import groups
-from parascale.training import building, preflight
+from parascale.training import preflight
+from parascale.training.loop import building
 
 HERE = Path(__file__).resolve().parent
 SIZES = {"gpt": dict(gpt_layers=2, gpt_heads=2, gpt_width=16)}
@@ -244,7 +245,7 @@ from parascale import models, sync
 from parascale.config import TrainConfig
 from parascale.runtime import joined
 from parascale.runtime.failure import serve_as_worker
-from parascale.training.building import build_model
+from parascale.training.loop.building import build_model
 from test_sharded_init import factory_of
 
 

@@ -61,7 +61,7 @@ def test_a_non_finite_number_with_no_object_to_hold_its_reason_is_refused():
 # json.dumps left where its text is neither a file nor handed to another process: keys that
 # compare or identify configurations in memory, text shown to a person, a copy in memory
 IN_MEMORY = {
-    "training/preflight.py": 2, "training/resume.py": 2, "report/series.py": 2,
+    "training/launch/preflight.py": 2, "training/checkpoint/resume.py": 2, "report/series.py": 2,
     "data/handover.py": 1, "hpo/study.py": 2, "bench/study.py": 5, "bench/plan.py": 3,
     "bench/runner.py": 1, "bench/expr.py": 1,
     "predict/table.py": 1,  # prediction.json: written with allow_nan=False already

@@ -43,8 +43,18 @@ def test_one_worker_runs_unsharded_and_says_so(train_run, capfd):
     assert "nothing to shard" in capfd.readouterr().out
 
 
+def test_bf16_on_cpu_workers_is_no_longer_refused():
+    """Issue 32: FSDP's bf16 (MixedPrecisionPolicy) was refused on the CPU as needing a GPU; it
+    trains on CPU workers (gloo gathers bf16 parameters), and the combination matrix holds it to
+    one worker with the whole batch, within bf16's tolerance (test_matrix_processes.py)."""
+    from parascale import sync
+
+    cfg = TrainConfig(sync="fsdp", precision="bf16")
+    sync.validate(cfg)
+    assert cfg.precision == "bf16"
+
+
 @pytest.mark.parametrize("options, message", [
-    (dict(precision="bf16"), "FSDP's mixed precision needs a GPU"),
     (dict(precision="fp16"), "use --precision bf16"),
     (dict(sync_options={"stage": 4}), "stage=4: FSDP shards at stage 2 or 3"),
     (dict(sync_options={"stage": 1}), "--sync-option stage must be at least 2"),

@@ -1,6 +1,6 @@
 """What the launcher asks a strategy before any worker starts (``Strategy`` class methods), seen
 through a throwaway strategy that answers differently from every built-in one. No processes:
-the launcher's checks (``training.preflight``) only."""
+the launcher's checks (``training.launch.preflight``) only."""
 import pytest
 
 from parascale import sync

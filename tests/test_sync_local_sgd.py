@@ -12,7 +12,7 @@ from torch import nn
 
 from parascale import data, models
 from parascale.config import TrainConfig
-from parascale.training.sampling import train_shard
+from parascale.training.loop.sampling import train_shard
 
 OPTIONS = dict(model="mlp", dataset="digits", steps=5, lr=0.1, momentum=0.9, weight_decay=1e-4,
                seed=5, sync="local-sgd", period=2)

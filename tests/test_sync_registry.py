@@ -236,3 +236,27 @@ def test_a_settled_configuration_validates_again_as_it_is():
         assert settled.sync_options == {"spread": "ring", "degree": 2}
     finally:
         sync.unregister("needing")
+
+
+def test_whether_n_workers_must_end_as_one_follows_the_options():
+    """The foundation test's trait is a strategy's at the options given: local SGD only with
+    a period of 1, a compressor never, the parameter server only in sync mode."""
+    def equivalence(name: str, **options) -> str | None:
+        cls = sync.get(name)
+        return cls.equivalence(cls.Settings.of(options))
+
+    assert equivalence("local-sgd") == sync.UPDATE
+    assert equivalence("local-sgd", period=2) is None
+    assert equivalence("allreduce") == sync.GRADIENT
+    assert equivalence("allreduce", compression="bf16") is None
+    assert equivalence("parameter-server", ps_mode="async") is None
+    assert equivalence("reduce-broadcast", compression="fp16") is None
+    assert equivalence(sync.BASELINE) is None
+
+
+def test_a_strategy_with_an_optimizer_of_its_own_must_refuse_scripts():
+    """A script steps its own optimizer, which such a strategy would replace unseen: its traits
+    are refused unless they say why it runs no script."""
+    with pytest.raises(TypeError, match="give it a script_refusal"):
+        sync.Traits(optimizer="sgd", optimizer_why="updates with SGD")
+    assert sync.Traits(optimizer="sgd", script_refusal="it updates elsewhere").optimizer == "sgd"

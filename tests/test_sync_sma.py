@@ -13,7 +13,7 @@ from parascale.errors import UsageError
 from parascale.runtime.world import World
 from parascale.sync.sma import SMA
 from parascale.sync.sma_tune import HillClimb
-from parascale.training.sampling import train_shard
+from parascale.training.loop.sampling import train_shard
 from parascale.validation import validate
 
 CPU = torch.device("cpu")

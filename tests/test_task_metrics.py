@@ -10,8 +10,8 @@ from parascale.runrecord import EpochEntry
 from parascale.tasks import Metric, Task, build_optimizer, samples_in
 from parascale.tasks.builtin import accuracy, cross_entropy
 from parascale.tasks.data import DatasetSplit
-from parascale.training.evaluate import evaluate_alone
-from parascale.training.judging import time_to_target
+from parascale.training.loop.evaluate import evaluate_alone
+from parascale.training.record.target import time_to_target
 
 
 class Counting(nn.Module):

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_training
 from helpers import assert_matches, one_error_line, series
 from parascale.cli.main import main
-from parascale.training.board import Board
+from parascale.training.observe.tensorboard import TensorBoardWriter
 
 PARTS = {"step_time/data", "step_time/compute", "step_time/sync", "step_time/optimizer",
          "step_time/step"}
@@ -21,9 +21,9 @@ def test_an_epoch_entry_becomes_one_series_per_figure_and_step_part(tmp_path):
              "throughput": 640.0, "lr": 0.1, "wall_time_s_per_rank": [0.5, 0.5],
              "noise_scale": None, "step_split_s": {"data": 0.01, "compute": 0.05, "sync": 0.02,
                                                    "optimizer": 0.005, "step": 0.085}}
-    board = Board(str(tmp_path))
-    board.epoch(entry)
-    board.close()
+    writer = TensorBoardWriter(str(tmp_path))
+    writer.epoch(entry)
+    writer.close()
     found = series(tmp_path)
     assert set(found) == {"train/loss", "test/loss", "test/accuracy", "val/mae",
                           "run/throughput", "run/lr"} | PARTS

@@ -7,8 +7,8 @@ import torch
 from parascale.batch import derive, resolve_lr
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
-from parascale.training.lr import lr_at
-from parascale.training.sampling import epoch_order, eval_shard, train_shard
+from parascale.training.loop.lr import lr_at
+from parascale.training.loop.sampling import epoch_order, eval_shard, train_shard
 
 
 @pytest.mark.parametrize("cfg, n, per_device, global_batch, lr", [

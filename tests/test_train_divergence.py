@@ -32,7 +32,7 @@ WATCH_WORKER = """\
 import json, os, pathlib, torch
 from parascale.runtime import joined
 from parascale.runtime.failure import serve_as_worker
-from parascale.training.divergence import DivergenceWatch, NonFiniteLoss
+from parascale.training.observe.divergence import DivergenceWatch, NonFiniteLoss
 
 
 def body():
@@ -81,7 +81,7 @@ def test_divergence_decision_is_the_same_on_every_rank_only_when_collective(tmp_
 
 def _advice(step: int = 3, rate: float = 0.8, **options) -> str:
     from parascale.batch import derive
-    from parascale.training.divergence import advice
+    from parascale.training.observe.divergence import advice
 
     cfg = TrainConfig(**options)
     derived = derive(cfg, 8)

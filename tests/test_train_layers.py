@@ -23,13 +23,15 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_trainer_imports_nothing_of_the_search():
-    upward = {f.name: sorted(m for m in _imports(f) if m.startswith("parascale.hpo"))
-              for f in TRAINING.glob("*.py")}
+    upward = {str(f.relative_to(TRAINING)): sorted(m for m in _imports(f)
+                                                   if m.startswith("parascale.hpo"))
+              for f in TRAINING.rglob("*.py")}
     assert {name: found for name, found in upward.items() if found} == {}
 
 
 def test_the_loop_and_its_state_name_no_strategy():
     # training/__init__.py (the launcher's side) is left out: it starts parameter servers
-    named = {f.name: re.findall(r"\bsync\s*[!=]=\s*['\"][\w-]+['\"]", f.read_text())
-             for f in TRAINING.glob("*.py") if f.name != "__init__.py"}
+    named = {str(f.relative_to(TRAINING)):
+             re.findall(r"\bsync\s*[!=]=\s*['\"][\w-]+['\"]", f.read_text())
+             for f in TRAINING.rglob("*.py") if f.name != "__init__.py"}
     assert {name: found for name, found in named.items() if found} == {}

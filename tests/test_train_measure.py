@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from parascale.training.measure import PHASES, StepClock, step_summary
+from parascale.training.observe.measure import PHASES, StepClock, step_summary
 
 CPU = torch.device("cpu")
 

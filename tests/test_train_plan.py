@@ -7,7 +7,7 @@ import pytest
 
 from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig
-from parascale.training import loop
+from parascale.training.loop import setup
 
 CFG = TrainConfig(batch_size=10, steps=7, warmup_epochs=0.5)
 
@@ -23,11 +23,11 @@ def _worker(size: int, train: int, test: int):
 
 def test_a_worker_trains_on_the_plan_it_is_given():
     given = make_plan(CFG, 2, 105, 40, replicas=1)
-    assert loop._plan(CFG, *_worker(2, 105, 40), given) is given
-    assert loop._plan(CFG, *_worker(2, 105, 40), None) == given  # none given: its own
+    assert setup.plan_for(CFG, *_worker(2, 105, 40), given) is given
+    assert setup.plan_for(CFG, *_worker(2, 105, 40), None) == given  # none given: its own
 
 
 @pytest.mark.parametrize("size, train, test", [(3, 105, 40), (2, 104, 40), (2, 105, 41)])
 def test_a_worker_refuses_a_plan_for_another_world_or_other_data(size, train, test):
     with pytest.raises(RuntimeError, match="the launcher planned for 2 worker"):
-        loop._plan(CFG, *_worker(size, train, test), make_plan(CFG, 2, 105, 40, replicas=1))
+        setup.plan_for(CFG, *_worker(size, train, test), make_plan(CFG, 2, 105, 40, replicas=1))

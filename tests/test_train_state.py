@@ -16,9 +16,9 @@ from parascale.runrecord import EpochEntry
 from parascale.runtime.world import World
 from parascale.sync.base import Resolved, Strategy
 from parascale.sync.sma import SMA
-from parascale.training.measure import LossTally
-from parascale.training.noise import NoiseScale
-from parascale.training.run import Progress
+from parascale.training.observe.measure import LossTally
+from parascale.training.observe.noise import NoiseScale
+from parascale.training.record.progress import Progress
 
 CPU = torch.device("cpu")
 TWO = World(rank=0, size=2, local_rank=0, device=CPU, backend="gloo", launcher="local")

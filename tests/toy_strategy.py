@@ -36,6 +36,10 @@ class Toy(sync.Strategy):
         return True
 
     @classmethod
+    def equivalence(cls, settings) -> str | None:
+        return sync.GRADIENT  # every rank steps on the mean gradient
+
+    @classmethod
     def pattern(cls, settings) -> sync.Pattern:
         return sync.Pattern()  # one ring all-reduce of the gradients after backward
 

@@ -25,7 +25,7 @@ from parascale import record as rec
 TOKENS = "tokens"
 STEP_SPLIT = "step_split_s"  # the epoch entry's mean step time by part
 SPLITS = ("test_", "val_")  # an evaluation's figure is <split>_<metric>: test_loss, val_mae
-#: an entry's figures from the gradient noise scale (training/noise.py), as it gives them
+#: an entry's figures from the gradient noise scale (training/observe/noise.py), as it gives them
 NOISE = ("noise_scale", "noise_scale_se", "grad_sq", "trace_sigma", "noise_steps", "noise_note")
 #: an entry's per-token figures: derived from its own on the way out, never kept
 PER_TOKEN = ("tokens_per_s", "test_perplexity", "val_perplexity")
@@ -177,7 +177,7 @@ class RunSummary:
 
     setup_time_s: float  # worker start to the first step
     total_time_s: float  # the run's training time (earlier attempts' up to a resume included)
-    steady: dict[str, Any]  # training.measure.steady_figures: steady epoch time, throughput
+    steady: dict[str, Any]  # training.observe.measure.steady_figures: steady epoch time, throughput
 
 
 @dataclass
@@ -280,8 +280,8 @@ def finished(*, config: dict[str, Any], derived: dict[str, Any], task: dict[str,
              search: dict[str, Any] | None = None,
              script: dict[str, Any] | None = None) -> Record:
     """The record of a run that trained, from plain figures: gathered from every rank by
-    ``training.assemble`` (for ``train`` and ``run`` alike). ``continuity``: the ``resumed``,
-    ``restarts``, ``checkpoints``, ``profile`` and ``noise`` sections."""
+    ``training.record.assemble`` (for ``train`` and ``run`` alike). ``continuity``: the
+    ``resumed``, ``restarts``, ``checkpoints``, ``profile`` and ``noise`` sections."""
     return Record(
         status="ok", config=config, derived=derived, task=task, environment=environment,
         epochs=epochs, steps=steps, memory=memory, time_to_accuracy=time_to_accuracy,

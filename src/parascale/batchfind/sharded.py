@@ -32,14 +32,14 @@ STEPS = 2  # the second holds the optimizer's state too, as a single-process pro
 def probe_by_training(cfg, workers: int, budget: int | None) -> Callable[[int], Probe]:
     """A ``try_batch`` that trains ``cfg`` (its model or task, data, strategy and GPUs) for two
     steps at each per-device batch on ``workers`` processes."""
-    import parascale
+    from parascale.training import train
 
     def try_batch(batch: int) -> Probe:
         job = replace(cfg, workers=None if cfg.gpus else workers, batch_size=batch,
                       global_batch=None, steps=STEPS, epochs=None, noise_scale=False,
                       save_model=False, out=None, val_fraction=0.0, evaluate_test=True)
         with _quiet(), _mapped(cfg.gpus is None):
-            record = parascale.train(job)
+            record = train(job)
         status = record.get("status")
         peaks = [p for p in (record.get("memory") or {}).get("peak_bytes_per_rank") or []
                  if p is not None]

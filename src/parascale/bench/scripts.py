@@ -43,7 +43,7 @@ def argv_of(value: Any) -> list[str]:
 def check_job(train: dict[str, Any], params: dict[str, Any]) -> Path:
     """The script of a study's run, checked with the options that run gives it; UsageError
     for a train option a script does not take, a missing script or a strategy it cannot run."""
-    from parascale.script.api import refusal
+    from parascale.script.options import refusal
     from parascale.script.launch import checked_script
     from parascale.script.options import taken
 
@@ -87,8 +87,6 @@ def command_tail(params: dict[str, Any]) -> list[str]:
 def run_job(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """One run of the study's script, as ``parascale run`` makes it, into ``config['out']``;
     its record (or a failure record)."""
-    from parascale.runtime import memory_cap
     from parascale.script.launch import run
 
-    with memory_cap.applied(config.get("device_memory")):
-        return run(config, params[SCRIPT], argv_of(params.get(SCRIPT_ARGS)))
+    return run(config, params[SCRIPT], argv_of(params.get(SCRIPT_ARGS)))

@@ -78,10 +78,10 @@ def plan_from_args(args: argparse.Namespace, options: dict[str, Any]):
     from parascale.bench import maxbatch
     from parascale.bench.studyfile import load_study_file
     from parascale.bench.values import parse_assignment, parse_variable
-    from parascale.bench.study import combine, make_jobs, with_board
+    from parascale.bench.study import combine, make_jobs, with_tensorboard
     from parascale.runtime.world import devices_elsewhere
 
-    board = options.pop("tensorboard", None)  # the study's folder, not a value of its plan
+    tensorboard = options.pop("tensorboard", None)  # the study's folder, not a value of its plan
     assignments = [parse_assignment(text) for text in args.param]
     assignments += [(name, value) for name, value in (("script", args.script),
                                                       ("script_args", args.script_args))
@@ -100,16 +100,16 @@ def plan_from_args(args: argparse.Namespace, options: dict[str, Any]):
         file, options, assignments,
         [parse_variable(text) for text in args.var], scaling, args.workers_spec,
         args.repeat, args.baseline)
-    # a dry run plans a GPU study on any machine; a real run needs the GPUs here
-    with devices_elsewhere() if args.dry_run else contextlib.nullcontext():
-        jobs = with_board(make_jobs(inputs), board)
-    if wants_max:
-        maxbatch.resolve(jobs, args.dry_run, largest_batch, echo)
-        inputs.parameters["batch_size"] = maxbatch.MAX  # the plan as given, in plan.json
     study = Path(args.study_out) if args.study_out else default_out(inputs)
     from parascale.files import check_writable_folder
 
-    check_writable_folder(study)
+    check_writable_folder(study)  # before the configurations' checks, which build their data
+    # a dry run plans a GPU study on any machine; a real run needs the GPUs here
+    with devices_elsewhere() if args.dry_run else contextlib.nullcontext():
+        jobs = with_tensorboard(make_jobs(inputs), tensorboard)
+    if wants_max:
+        maxbatch.resolve(jobs, args.dry_run, largest_batch, echo)
+        inputs.parameters["batch_size"] = maxbatch.MAX  # the plan as given, in plan.json
     return inputs, jobs, study
 
 

@@ -260,7 +260,7 @@ class _Checker:
 
     def __call__(self, cfg: TrainConfig, size: int) -> dict[str, Any]:
         """``cfg`` (which ``_job`` validated) through the trainer's checks, once."""
-        from parascale.training.preflight import plan_checked
+        from parascale.training.launch.preflight import plan_checked
 
         key = json.dumps([cfg.to_dict(), size], sort_keys=True, default=str)
         if key not in self.seen:
@@ -349,7 +349,7 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
                global_batch, scaling, skip_reason=skip, memory_key=_memory_key(cfg, size))
 
 
-def with_board(jobs: list[Job], folder: str | None) -> list[Job]:
+def with_tensorboard(jobs: list[Job], folder: str | None) -> list[Job]:
     """``jobs`` writing TensorBoard series under ``folder`` (--tensorboard), each run into a
     folder of its own (:func:`run_train`). Set on the jobs, not planned as a value: the study's
     configurations, and so its folders, stay what they are with or without it."""

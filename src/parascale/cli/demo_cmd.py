@@ -90,7 +90,7 @@ def demo_workers() -> str:
 
 def demo_jobs(quick: bool = False, tensorboard: str | None = None) -> list:
     """The demo's jobs: the weak and the strong study in one plan, in rounds across both."""
-    from parascale.bench.study import combine, interleave, make_jobs, with_board
+    from parascale.bench.study import combine, interleave, make_jobs, with_tensorboard
 
     fixed = QUICK if quick else FULL
     workers = demo_workers()
@@ -99,7 +99,7 @@ def demo_jobs(quick: bool = False, tensorboard: str | None = None) -> list:
                    scaling="weak", workers=workers, baseline=not quick, repeat=repeat)
     strong = combine(options={**fixed, "global_batch": STRONG_BATCH},
                      scaling="strong", workers=workers, baseline=not quick, repeat=repeat)
-    return with_board(interleave(make_jobs(weak), make_jobs(strong)), tensorboard)
+    return with_tensorboard(interleave(make_jobs(weak), make_jobs(strong)), tensorboard)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,9 +109,9 @@ def run(args: argparse.Namespace) -> int:
     from parascale.files import check_writable_folder
 
     check_quiet(args.quiet_machine)
-    jobs = demo_jobs(args.quick, args.tensorboard)
     study = Path(args.out) if args.out else default_folder(args.quick)
-    check_writable_folder(study)
+    check_writable_folder(study)  # before planning, which builds the data (torch)
+    jobs = demo_jobs(args.quick, args.tensorboard)
     workers = sorted({job.world_size for job in jobs})
     fixed = QUICK if args.quick else FULL
     size = f"{fixed['image_size']}x{fixed['image_size']}" if fixed.get("image_size") else "8x8"

@@ -8,7 +8,7 @@ from typing import Any
 
 from parascale import safejson, sync
 from parascale.batchfind.largest import SHARE_OF_FREE, gib, largest
-from parascale.cli.options import _key_value
+from parascale.cli.options import key_value
 from parascale.checks import path_option
 from parascale.digits import INT_RE, ascii_float, ascii_int, int_list
 from parascale.errors import UsageError
@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="train each probe on --workers N with this strategy's memory layout "
                         f"(one of {', '.join(sync.names())}; {_sharding()}) (default: one "
                         "process, unsharded)")
-    parser.add_argument("--sync-option", type=_key_value, action="append", metavar="KEY=VALUE",
+    parser.add_argument("--sync-option", type=key_value, action="append", metavar="KEY=VALUE",
                         help="the strategy's option, as train's --sync-option takes it")
     parser.add_argument("--workers", type=ascii_int, metavar="N",
                         help="with --sync on the CPU: the workers each probe trains on "

@@ -52,7 +52,7 @@ NOT_TRAIN_OPTIONS = {"out", "workers", "port", "evaluate_test", "stop_at_target"
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from parascale.cli.options import add_train_options
-    from parascale.training.pruning import PRUNERS
+    from parascale.training.loop.pruning import PRUNERS
 
     parser = subparsers.add_parser(
         "hpo", help="search hyperparameters with Optuna, several trials at once",
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from parascale.config import TrainConfig
     from parascale.files import check_writable_folder
     from parascale import studydb as storage
-    from parascale.hpo import plots, results, search, space, study
+    from parascale.hpo import space
     from parascale.hpo.slots import make_slots
     from parascale.training import preflight
 
@@ -135,6 +135,9 @@ def run(args: argparse.Namespace) -> int:
     memo: dict = {}  # each data set built once, each model probed once per input shape
     space.check(params, fixed, lambda cfg: preflight(TrainConfig.from_dict({**cfg, **where}),
                                                      args.devices_per_trial, memo))
+    # Optuna and matplotlib (a second or more): once the input is known to be good
+    from parascale.hpo import plots, results, search, study
+
     the_study = _open(out, url, args, study.identity(args.objective, args.target, params, fixed,
                                                      maximize), fixed.get("seed", 0))
     again = study.recover(the_study, url, lambda trial: search.draw(params, fixed, trial))

@@ -80,7 +80,7 @@ def _count_or_word(text: str) -> int | str:
     return text
 
 
-def _key_value(text: str) -> tuple[str, Any]:
+def key_value(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -137,7 +137,7 @@ def _add(group: Any, name: str, kind: Any, default: Any, text: str,
         group.add_argument(flag(name), type=_count_or_word, metavar=METAVARS.get(name, "VALUE"),
                            **common)
     elif typing.get_origin(kind) is dict:
-        group.add_argument("--sync-option", type=_key_value, action="append",
+        group.add_argument("--sync-option", type=key_value, action="append",
                            metavar="KEY=VALUE", **common)
     elif name in PATHS:
         group.add_argument(flag(name), type=path_option(flag(name)), metavar="DIR", **common)

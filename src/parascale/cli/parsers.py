@@ -1,14 +1,19 @@
-"""The parsers of ``train`` and ``bench``, which ``slurm train`` and ``slurm bench`` build too
-(the same options, checked by the same code), and ``--quiet-machine``, which ``demo`` shares.
-Each command module sets its own ``func``; no command imports another."""
+"""The parsers of ``train``, ``bench`` and ``run``, which ``slurm train``, ``slurm bench`` and
+``slurm run`` build too (the same options, checked by the same code; ``run``'s script and its
+arguments read by the same code), and ``--quiet-machine``, which ``demo`` shares. Each command
+module sets its own ``func``; no command imports another."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from pathlib import Path
 from typing import Any
 
+from parascale import sync
 from parascale.checks import path_option
-from parascale.cli.options import add_train_options
+from parascale.cli.options import add_train_options, flag, sync_help
 from parascale.digits import INT_RE, ascii_float, ascii_int
+from parascale.errors import UsageError
 
 TRAIN_DESCRIPTION = """\
 Train a model with synchronous data parallelism on N CPU worker processes (--workers, default
@@ -175,3 +180,75 @@ def _batch_or_max(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a batch size in ASCII digits or max, "
                                          f"got {text!r}")
     return int(text)
+
+
+RUN_DESCRIPTION = """\
+Start N copies of your own training script (--workers N, default one per core; or --gpus
+0,1,...), each a rank of one data-parallel job, or join the world of torchrun or srun. The
+script calls parascale's small API (import parascale.script; docs/scripts.md): its steps are
+measured on every rank and rank 0 writes DIR/record.json, the same run record as 'parascale
+train', which 'report' and 'predict' read, with DIR/model.pt and DIR/log.txt. Everything
+after the script's path is the script's: parascale's own options go before it (write -- after
+the script when it takes an option of the same name).
+"""
+
+RUN_EXAMPLES = """\
+examples:
+  parascale run --workers 2 examples/digits_parascale.py --batch-size 16
+  parascale run --workers 4 --sync local-sgd --period 8 --out runs/mine train.py --epochs 3
+  torchrun --nproc-per-node 2 -m parascale run --out runs/tr train.py
+"""
+
+
+def run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``run``'s parser and options (its ``func`` is the caller's to set)."""
+    from parascale.script.options import taken  # here: parascale.script imports torch
+
+    parser = subparsers.add_parser(
+        "run", help="launch your own training script on N workers and record how it scaled",
+        description=RUN_DESCRIPTION, epilog=RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    from parascale.config import TrainConfig
+
+    add_train_options(parser, exclude=({f.name for f in dataclasses.fields(TrainConfig)}
+                                       | set(sync.options())) - set(taken()))
+    for action in parser._actions:
+        if action.dest == "sync":  # the trainer's list names strategies a script cannot run
+            action.help = sync_help(sync.with_trait(script_refusal=None)) + \
+                " The others need parascale's own training step."
+    # one REMAINDER for the script and its arguments: argparse keeps a '--' inside it (it drops
+    # the one that follows a positional of its own, which script_args must see)
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py ...",
+                        help="the training script to run, then its own arguments")
+    return parser
+
+
+def script_args(script: Path, args: list[str]) -> list[str]:
+    """The script's arguments; one that is an option of ``run`` itself is refused, since the
+    user more likely meant it for parascale (``--`` first passes everything as it is)."""
+    from parascale.script.options import taken
+
+    if args[:1] == ["--"]:
+        return args[1:]
+    ours = {flag(name) for name in taken() if name != "sync_options"} | \
+        {"--sync-option", "--no-oversubscribe"}
+    for arg in args:
+        name = arg.partition("=")[0]
+        if name in ours:
+            raise UsageError(f"{name} comes after {script.name}, so it would go to the script, "
+                             f"not to parascale: give parascale's options before the script, "
+                             f"or write -- after {script.name} to pass {name} to the script")
+    return args
+
+
+def script_and_args(command: list[str]) -> tuple[Path, list[str]]:
+    """The script and its arguments from what follows run's own options (``slurm run`` too)."""
+    from parascale.script.launch import checked_script
+
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise UsageError("give the script to run: parascale run [options] script.py [its "
+                         "arguments]")
+    script = checked_script(command[0])
+    return script, script_args(script, command[1:])

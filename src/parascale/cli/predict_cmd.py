@@ -5,7 +5,7 @@ import argparse
 
 from parascale import sync
 from parascale.checks import path_option
-from parascale.cli.options import _key_value
+from parascale.cli.options import key_value
 from parascale.digits import ascii_float, ascii_int, int_list
 
 DESCRIPTION = """\
@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     what.add_argument("--period", type=ascii_int, default=1, metavar="H",
                       help="steps between a periodic strategy's exchanges (default: the "
                            "records', else 1)")
-    what.add_argument("--sync-option", type=_key_value, action="append", metavar="KEY=VALUE",
+    what.add_argument("--sync-option", type=key_value, action="append", metavar="KEY=VALUE",
                       help="another option of the strategy, as train takes it (default: the "
                            "records', else the option's own)")
     what.add_argument("--workers", type=_workers, metavar="1,2,4,...",

@@ -64,9 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            "what is missing or failed), never, always")
         if action.dest == "dry_run":
             action.help = "print the plan and every job script; write and submit nothing"
-    from parascale.cli import run_cmd
+    from parascale.cli.parsers import run_parser
 
-    script = run_cmd.register(sub)
+    script = run_parser(sub)
     script.description = ("Submit 'parascale run' of your own training script as one Slurm job "
                           "(parascale's and Slurm's options before the script). "
                           + str(script.description))
@@ -191,7 +191,7 @@ def script_job(args: argparse.Namespace):
     """(script text, out folder, Slurm options) for ``slurm run script.py``: the job runs
     ``parascale run`` on every task, which joins srun's world; UsageError for bad input."""
     from parascale.bench.scripts import SCRIPT, SCRIPT_ARGS, check_job, command_tail, run_options
-    from parascale.cli.run_cmd import script_and_args
+    from parascale.cli.parsers import script_and_args
     from parascale.cluster.script import (Script, file_pattern, job_name, options_from_args,
                                           render, train_flags)
     from parascale.config import TrainConfig

@@ -4,32 +4,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from pathlib import Path
 
 from parascale.cli.options import config_from_args
 from parascale.cli.parsers import train_parser
-from parascale.run_summary import busy_warning, default_out, done_lines
+from parascale.run_summary import busy_warning, default_out, done_lines, process_start
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = train_parser(subparsers)
     parser.set_defaults(func=run)
     return parser
-
-
-def process_start() -> float:
-    """When this process started, as a ``time.time()`` value. psutil's ``create_time`` adds a
-    boot time that Linux gives in whole seconds (measured 0.28 s off here); the process's age
-    on the boot-time clock is exact to a clock tick."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.time() - age
-    except (OSError, ValueError, IndexError, AttributeError):  # not Linux
-        import psutil
-
-        return psutil.Process().create_time()
 
 
 def _speaks() -> bool:

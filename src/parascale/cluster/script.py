@@ -22,7 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from parascale import __version__, safejson, sync
+from parascale import safejson, sync
+from parascale.record import VERSION
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.runtime.world import PORT_BASE
@@ -289,7 +290,7 @@ def render(script: Script, opts: SlurmOptions) -> str:
         sbatch.append(f"--account={opts.account}")
     lines = ["#!/bin/bash",
              f"# {' '.join(script.what.split())}",  # one comment line, whatever paths hold
-             f"# written by parascale {__version__}; submit it again with: sbatch FILE"]
+             f"# written by parascale {VERSION}; submit it again with: sbatch FILE"]
     lines += [f"#SBATCH {directive(line)}" for line in sbatch]
     lines += ["#SBATCH --open-mode=append", "",
               "# not -e: a failed run must still be filed with its reason", "set -uo pipefail",

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import TYPE_CHECKING
 
 from parascale.config import TrainConfig
 from parascale.data import handover
-from parascale.data.split import DataBundle, Split, held_out, hold_out
 from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    from parascale.data.split import DataBundle, Split
 
 __all__ = ["DataBundle", "FIELDS", "Split", "build", "check", "elsewhere", "handover_env", "names",
            "prepare", "tokens_per_sample"]
@@ -36,6 +39,15 @@ _REGISTRY: dict[str, str] = {
 #: The TrainConfig fields a data set is built from (every loader reads only these); kept in
 #: handover, which identifies a data set by them, so that it need not import this package
 FIELDS = handover.FIELDS
+
+
+def __getattr__(name: str):
+    """``DataBundle`` and ``Split``, from their module on first use (it imports torch)."""
+    if name in ("DataBundle", "Split"):
+        from parascale.data import split
+
+        return getattr(split, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def names() -> list[str]:
@@ -71,6 +83,8 @@ def check(cfg: TrainConfig) -> None:
 def build(cfg: TrainConfig) -> DataBundle:
     """Load the dataset (called in every worker; the same data on every rank): the launcher's
     copy when it handed one over (see :mod:`.handover`), else from the source."""
+    from parascale.data.split import hold_out
+
     loader = _module(cfg)
     return hold_out(handover.take(cfg, loader) or loader.build(cfg), cfg.val_fraction, cfg.seed)
 
@@ -79,6 +93,8 @@ def prepare(cfg: TrainConfig, keep: bool = False) -> dict:
     """Build the dataset in the launching process, once per data set and source; its facts
     (``train``, ``test``, ``num_classes``, ``input_shape``). ``keep`` saves it for the workers,
     whose environment :func:`handover_env` then names the file."""
+    from parascale.data.split import held_out
+
     facts = dict(handover.prepare(cfg, _module(cfg), keep))
     held = held_out(facts["train"], cfg.val_fraction)  # as build() will hold out
     return {**facts, "train": facts["train"] - held, "val": held}

@@ -1,14 +1,24 @@
 """Datasets that need no files: `synthetic` (generated) and `digits` (ships with scikit-learn)."""
 from __future__ import annotations
 
-from typing import Any
+import gzip
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-
+from parascale import lazy
 from parascale.config import TrainConfig
-from parascale.data.split import DataBundle, TensorSplit
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from parascale.data.split import DataBundle
+else:  # check() runs without torch, before it is needed; build() imports it
+    np = lazy.module("numpy", globals())
+    torch = lazy.module("torch", globals())
+    F = lazy.module("torch.nn.functional", globals(), "F")
 
 SYNTHETIC_SALT = 0x5EED_DA7A
 """Added to cfg.seed so the synthetic samples do not replay the stream that seeds the model."""
@@ -39,6 +49,8 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
     The labels are a deterministic function of the input that both an MLP and a CNN with
     pooling can learn, so accuracy on the test split means something. Same on every rank.
     """
+    from parascale.data.split import DataBundle, TensorSplit
+
     c, h, w = cfg.synthetic_shape
     n_train = cfg.synthetic_size
     n_test = max(1, n_train // 4)
@@ -62,18 +74,34 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
     )
 
 
-def _digits(cfg: TrainConfig) -> DataBundle:
-    """scikit-learn's 1,797 8x8 handwritten digits, 1,437 train / 360 test (stratified)."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits()`` gives them, (images (1797, 8, 8) of 0..16,
+    labels), read from its data file as it reads it, without importing scikit-learn (which
+    imports SciPy: seconds on every run's start); through it where the file is not found."""
+    spec = importlib.util.find_spec("sklearn")  # found, not imported
+    folder = Path(list(spec.submodule_search_locations)[0]) if spec is not None and \
+        spec.submodule_search_locations else None
+    path = folder / "datasets" / "data" / "digits.csv.gz" if folder is not None else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    x = torch.from_numpy((digits.images / 16.0).astype(np.float32)).unsqueeze(1)  # [0, 1]
-    y = torch.from_numpy(digits.target.astype(np.int64))
-    train_idx, test_idx = train_test_split(
-        np.arange(len(y)), test_size=DIGITS_TEST, random_state=DIGITS_SPLIT_SEED,
-        stratify=digits.target)
-    train_idx, test_idx = torch.from_numpy(train_idx), torch.from_numpy(test_idx)
+        digits = load_digits()
+        return digits.images, digits.target
+    with gzip.open(path, mode="rt", encoding="utf-8") as text:
+        data = np.loadtxt(text, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
+def _digits(cfg: TrainConfig) -> DataBundle:
+    """scikit-learn's 1,797 8x8 handwritten digits, 1,437 train / 360 test (stratified: the
+    split stored in :mod:`.digits_split`)."""
+    from parascale.data import digits_split
+    from parascale.data.split import DataBundle, TensorSplit
+
+    images, labels = digits_arrays()
+    x = torch.from_numpy((images / 16.0).astype(np.float32)).unsqueeze(1)  # [0, 1]
+    y = torch.from_numpy(labels.astype(np.int64))
+    train_idx, test_idx = torch.tensor(digits_split.TRAIN), torch.tensor(digits_split.TEST)
     # Statistics of the fixed training split, so they too are the same for every run.
     mean, std = x[train_idx].mean().item(), x[train_idx].std().item()
     split: dict[str, Any] = dict(image_size=cfg.image_size)

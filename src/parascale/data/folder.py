@@ -8,26 +8,30 @@ with ``--verify-data``, which reads every image.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import DataLoader
-from torchvision import transforms
-from torchvision.datasets import ImageFolder
-from torchvision.datasets.folder import IMG_EXTENSIONS
 from tqdm import tqdm
 
+from parascale import lazy
 from parascale.config import TrainConfig
 from parascale.runtime.env import available_cores
 from parascale.data.paths import data_dir
 from parascale.data.split import Batch, DataBundle, IndexBatches, Split, augment, as_index
 from parascale.errors import KnownFailure, UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torchvision.datasets import ImageFolder
+else:  # a missing or empty folder is refused without torch; reading images imports it
+    torch = lazy.module("torch", globals())
 
 # ImageNet statistics: the usual choice for natural photos of unknown origin.
 MEAN = (0.485, 0.456, 0.406)
@@ -48,12 +52,20 @@ class BadImage(KnownFailure):
     """An image file that cannot be read, found during training: one line naming the file."""
 
 
+def _extensions() -> tuple[str, ...]:
+    """The file endings ImageFolder takes for images (torchvision's own list)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    return IMG_EXTENSIONS
+
+
 def _first_image(folder: Path) -> Path | None:
     """The first image below `folder`, in the order ImageFolder lists them (sorted walk)."""
+    extensions = _extensions()
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs.sort()
         for name in sorted(files):
-            if name.lower().endswith(IMG_EXTENSIONS):
+            if name.lower().endswith(extensions):
                 return Path(root) / name
     return None
 
@@ -91,7 +103,7 @@ def scan(cfg: TrainConfig) -> Layout:
         image = _first_image(train / cls)
         if image is None:
             raise UsageError(f"imagefolder: {train / cls} holds no images; expected files "
-                             f"ending {', '.join(IMG_EXTENSIONS)}")
+                             f"ending {', '.join(_extensions())}")
         samples.append(image)
     test_samples = [p for p in (_first_image(test / c) for c in classes if (test / c).is_dir()) if p]
     if not test_samples:
@@ -151,25 +163,43 @@ def _read(item: tuple[ImageFolder, int]) -> torch.Tensor | BadImage:
         return error
 
 
-class KnownClassesFolder(ImageFolder):
-    """ImageFolder whose class indices come from the training folder, so a test folder that
-    lacks a class does not shift every later label; a file it cannot read is named."""
+def __getattr__(name: str):
+    """``KnownClassesFolder`` by its name, as pickle finds it (a DataLoader's workers started
+    by spawn or forkserver are handed the data set pickled)."""
+    if name == "KnownClassesFolder":
+        return _known_classes_folder()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def __init__(self, root: str | Path, classes: Sequence[str], **kwargs):
-        self._known = list(classes)
-        super().__init__(root, **kwargs)
 
-    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
-        return self._known, {c: i for i, c in enumerate(self._known)}
+@functools.cache
+def _known_classes_folder() -> type[ImageFolder]:
+    """The ImageFolder the splits read, defined on first use: torchvision imports torch, and
+    the layout is checked without it."""
+    from torchvision.datasets import ImageFolder
 
-    def __getitem__(self, index: int):
-        try:
-            return super().__getitem__(index)
-        except Exception as error:  # PIL names the file in some errors only ("truncated")
-            cause = "not an image PIL can identify" if isinstance(error, UnidentifiedImageError) \
-                else " ".join(str(error).split())[:200] or type(error).__name__
-            raise BadImage(f"imagefolder: cannot read {self.samples[index][0]}: {cause}") \
-                from error
+    class KnownClassesFolder(ImageFolder):
+        """ImageFolder whose class indices come from the training folder, so a test folder
+        that lacks a class does not shift every later label; a file it cannot read is named."""
+
+        def __init__(self, root: str | Path, classes: Sequence[str], **kwargs):
+            self._known = list(classes)
+            super().__init__(root, **kwargs)
+
+        def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
+            return self._known, {c: i for i, c in enumerate(self._known)}
+
+        def __getitem__(self, index: int):
+            try:
+                return super().__getitem__(index)
+            except Exception as error:  # PIL names the file in some errors only ("truncated")
+                cause = "not an image PIL can identify" \
+                    if isinstance(error, UnidentifiedImageError) \
+                    else " ".join(str(error).split())[:200] or type(error).__name__
+                raise BadImage(f"imagefolder: cannot read {self.samples[index][0]}: {cause}") \
+                    from error
+
+    KnownClassesFolder.__qualname__ = "KnownClassesFolder"  # found by name (__getattr__)
+    return KnownClassesFolder
 
 
 class FolderSplit(Split):
@@ -184,6 +214,8 @@ class FolderSplit(Split):
     def batches(self, index_batches: IndexBatches, device: torch.device, *, train: bool,
                 generator: torch.Generator | None = None, loader_workers: int = 0,
                 ) -> Iterator[Batch]:
+        from torch.utils.data import DataLoader
+
         device = torch.device(device)
         sampler = [as_index(b).tolist() for b in index_batches]
         loader = DataLoader(self.dataset, batch_sampler=sampler, num_workers=loader_workers,
@@ -208,12 +240,15 @@ class FolderSplit(Split):
                            "to find them before training)") from error
 
 
-def _datasets(cfg: TrainConfig, layout: Layout) -> tuple[KnownClassesFolder, KnownClassesFolder]:
+def _datasets(cfg: TrainConfig, layout: Layout) -> tuple[ImageFolder, ImageFolder]:
+    from torchvision import transforms
+
     steps = [transforms.Resize((cfg.image_size, cfg.image_size))] if cfg.image_size else []
     transform = transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+    folder = _known_classes_folder()
     try:
-        train = KnownClassesFolder(layout.train, layout.classes, transform=transform)
-        test = KnownClassesFolder(layout.test, layout.classes, transform=transform, allow_empty=True)
+        train = folder(layout.train, layout.classes, transform=transform)
+        test = folder(layout.test, layout.classes, transform=transform, allow_empty=True)
     except FileNotFoundError as error:  # the folders changed since check()
         raise UsageError(f"imagefolder: {error}; expected {layout.train.parent}/{LAYOUT}") from error
     return train, test

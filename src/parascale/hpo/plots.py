@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib
 
 from parascale.hpo import objective as objectives
-from parascale.report.plots import COLORS, STYLE, Plot, _figure, _render, write_plots
+from parascale.report.plots import COLORS, STYLE, Plot, new_figure, png_and_svg, write_plots
 
 MARKERS = {"complete": ("o", COLORS[0]), "pruned": ("x", COLORS[1]), "fail": ("v", COLORS[3])}
 
@@ -24,7 +24,7 @@ def make(table: list[dict[str, Any]], objective: str, maximize: bool = True) -> 
                 build(table, objective)
             if made is not None:
                 fig, name, title, caption = made
-                plots.append(Plot(name, title, caption, *_render(fig)))
+                plots.append(Plot(name, title, caption, *png_and_svg(fig)))
     return plots
 
 
@@ -47,7 +47,7 @@ def _by_trial(table, objective, maximize=True):
     shown = [r for r in table if r["state"] in ("complete", "pruned")]
     if not shown:
         return None
-    fig, axes = _figure()
+    fig, axes = new_figure()
     ax = axes[0][0]
     for state in ("complete", "pruned"):
         points = [(r["trial"], _value(r, objective)) for r in shown if r["state"] == state]
@@ -82,7 +82,7 @@ def _by_batch(table, objective):
     done = [r for r in table if r["state"] in ("complete", "pruned") and r["global_batch"]]
     if len({r["global_batch"] for r in done}) < 2:
         return None  # the batch was not searched: nothing to plot against
-    fig, axes = _figure(9.0, 4.0, ncols=2)
+    fig, axes = new_figure(9.0, 4.0, ncols=2)
     metric = objectives.metric(objective)
     scale = 100 if metric == "accuracy" else 1
     for state in ("complete", "pruned"):

@@ -141,7 +141,7 @@ def _evaluate(folder: Path) -> dict[str, float]:
 
     from parascale import tasks
     from parascale.config import TrainConfig
-    from parascale.training.evaluate import evaluate_alone
+    from parascale.training.loop.evaluate import evaluate_alone
 
     cfg = TrainConfig.from_dict(json.loads((folder / "record.json").read_text())["config"])
     task, bundle = tasks.prepare(cfg)

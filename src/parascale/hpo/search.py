@@ -2,9 +2,10 @@
 
 Each trial is a process of its own (:mod:`.trial`) training into ``OUT/trials/NNNN/`` with its
 console output in ``log.txt`` there. The trial's rank 0 reports each epoch's validation accuracy
-to the study itself (:mod:`.judge`); this loop tells the study how the trial ended, from its run
-record: complete (the objective), pruned, or failed (the reason). Ctrl-C or SIGTERM stops the
-trials, marks them interrupted and queues their parameters again (:func:`.study.interrupt`).
+to the study itself (:mod:`parascale.training.loop.pruning`); this loop tells the study how the
+trial ended, from its run record: complete (the objective), pruned, or failed (the reason).
+Ctrl-C or SIGTERM stops the trials, marks them interrupted and queues their parameters again
+(:func:`.study.interrupt`).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from parascale.hpo.slots import Slot
 from parascale.hpo.space import Param, config, settings
 from parascale.hpo.trial import ERROR_NAME, SPEC_ENV
 from parascale.runtime import processes
-from parascale.training.pruning import ENV as JUDGE_ENV
+from parascale.training.loop.pruning import ENV as PRUNER_ENV
 
 POLL_S = 0.2
 GRACE_S = 10.0  # an interrupted trial's time to stop its workers (their own grace is 5 s)
@@ -110,11 +111,11 @@ def _start(search: Search, slot: Slot) -> Running:
         cfg["gpus"] = list(slot.gpus)
     else:
         cfg["workers"] = len(slot.cores)
-    judge = {"storage": search.storage, "study": search.study_name, "trial_id": trial._trial_id,
+    pruner = {"storage": search.storage, "study": search.study_name, "trial_id": trial._trial_id,
              "number": trial.number, "pruner": search.pruner, "objective": search.objective,
              "metric": objectives.metric(search.objective)}
     env = {**os.environ, SPEC_ENV: safejson.dumps({"config": cfg, "cores": list(slot.cores)}),
-           JUDGE_ENV: safejson.dumps(judge)}
+           PRUNER_ENV: safejson.dumps(pruner)}
     child = processes.start_module("parascale.hpo.trial", env, folder / "log.txt",
                                    len(slot.cores), f"parascale-t{trial.number}")
     return Running(trial, slot, folder, child, chosen)

@@ -13,14 +13,15 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from parascale import safejson
 from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale import studydb as storage
-from parascale.training.pruning import make_pruner
+from parascale.training.loop.pruning import make_pruner
 
+Direction = Literal["maximize", "minimize"]  # Optuna's words for the objective's way
 INTERRUPTED = "interrupted"  # user attribute of a trial whose search ended while it ran
 OWNER = "owner"  # user attribute: which search process runs the trial
 
@@ -35,7 +36,7 @@ def open_study(url: str, name: str, identity: dict[str, Any], seed: int, pruner:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # accuracy and tta searches from before any metric could be the objective name none
     maximize = identity.get("maximize", identity["objective"] == "accuracy")
-    direction = "maximize" if maximize else "minimize"
+    direction: Direction = "maximize" if maximize else "minimize"
     shown = storage.clip(storage.masked(url))
     try:
         # a concurrent creator of the same new SQLite file waits here until the tables, the
@@ -66,7 +67,7 @@ def open_study(url: str, name: str, identity: dict[str, Any], seed: int, pruner:
     return study
 
 
-def _create(url: str, name: str, direction: str, pruner: str):
+def _create(url: str, name: str, direction: Direction, pruner: str):
     """Optuna's create-or-load; a database server's concurrent creator that won the race for
     the study's row is found on the next attempt."""
     import optuna

@@ -13,42 +13,45 @@ A model name is one of
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+import importlib
+from collections.abc import Sequence
 from functools import partial
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError
-from parascale.models import gpt
 from parascale.models.probe import has_batchnorm, probe, remember_name, shape_error, short_cause
-from parascale.models.resnet_cifar import CifarResNet
-from parascale.models.small import MLP, LeNet, SmallCNN
 from parascale.models.timm_models import build_timm, check_timm, is_timm
 from parascale.models.tv import build_torchvision, torchvision_names
 from parascale.models.user import build_user, resolve_user
 
+if TYPE_CHECKING:
+    from torch import nn
+
 __all__ = ["names", "check", "build", "probe", "has_batchnorm"]
 
-Factory = Callable[[int, tuple[int, int, int]], nn.Module]
-
-
-def _cifar_resnet(depth: int, num_classes: int, input_shape: tuple[int, int, int]) -> nn.Module:
-    return CifarResNet(depth, num_classes, in_channels=input_shape[0])
-
-
-_REGISTRY: dict[str, Factory] = {
-    "mlp": MLP,
-    "smallcnn": SmallCNN,
-    "lenet": LeNet,
-    "resnet20": partial(_cifar_resnet, 20),
-    "resnet32": partial(_cifar_resnet, 32),
-    "resnet56": partial(_cifar_resnet, 56),
-    "gpt": gpt.build,
+#: parascale's own models: name -> "module:factory" under parascale.models, imported when the
+#: model is built (the modules import torch; names and checks do not). A factory is called as
+#: ``factory(num_classes, input_shape, **sizes)``.
+_REGISTRY: dict[str, str] = {
+    "mlp": "small:MLP",
+    "smallcnn": "small:SmallCNN",
+    "lenet": "small:LeNet",
+    "resnet20": "resnet_cifar:resnet20",
+    "resnet32": "resnet_cifar:resnet32",
+    "resnet56": "resnet_cifar:resnet56",
+    "gpt": "gpt:build",
 }
 
-# models sized by configuration fields of their own: name -> those fields
-_OPTIONS: dict[str, tuple[str, ...]] = {"gpt": gpt.OPTIONS}
+# models sized by configuration fields of their own: name -> "module:attribute" naming them
+_OPTIONS: dict[str, str] = {"gpt": "gpt:OPTIONS"}
 _TOKEN_MODELS = ("gpt",)  # input (B, T) token ids; every other built-in model takes images
+
+
+def _load(spec: str):
+    """The object ``module:attribute`` names under parascale.models."""
+    module, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+
 
 # What an --image-size hint proposes when a model cannot even be built for a shape:
 # parascale's models are sized for small images, torchvision's for ImageNet.
@@ -63,7 +66,8 @@ def names() -> list[str]:
 
 def options(cfg) -> dict:
     """The keyword arguments ``build`` passes to ``cfg.model``'s factory (its sizes), or none."""
-    return {name: getattr(cfg, name) for name in _OPTIONS.get(cfg.model, ())}
+    fields = _load(_OPTIONS[cfg.model]) if cfg.model in _OPTIONS else ()
+    return {name: getattr(cfg, name) for name in fields}
 
 
 def _closest(name: str) -> str | None:
@@ -141,7 +145,7 @@ def build(name: str, num_classes: int, input_shape: tuple[int, ...], **sizes) ->
                          f"it takes {wanted}; use {fix}")
     else:
         own = name in _REGISTRY
-        factory = _REGISTRY[name] if own else partial(build_timm, name) if is_timm(name) \
+        factory = _load(_REGISTRY[name]) if own else partial(build_timm, name) if is_timm(name) \
             else partial(build_torchvision, name)
         try:
             model = factory(num_classes, shape, **sizes)

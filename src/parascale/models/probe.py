@@ -5,13 +5,18 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-
+from parascale import lazy
 from parascale.errors import UsageError
 from parascale.models.timm_models import is_timm
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # the registry's names and checks are read without torch (the command line's errors)
+    torch = lazy.module("torch", globals())
+    nn = lazy.module("torch.nn", globals())
 
 __all__ = ["probe", "has_batchnorm", "short_cause", "shape_error", "remember_name"]
 
@@ -171,5 +176,7 @@ def probe(
 
 def has_batchnorm(model: nn.Module) -> bool:
     """True if ``model`` has a BatchNorm layer, whose statistics depend on the per-worker batch."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
     # _BatchNorm also covers SyncBatchNorm and the lazy variants, unlike the public classes.
     return any(isinstance(m, _BatchNorm) for m in model.modules())

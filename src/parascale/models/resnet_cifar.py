@@ -73,3 +73,15 @@ class CifarResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.pool(self.stages(self.stem(x))).flatten(1))
+
+
+def resnet20(num_classes: int, input_shape: tuple[int, int, int]) -> CifarResNet:
+    return CifarResNet(20, num_classes, in_channels=input_shape[0])
+
+
+def resnet32(num_classes: int, input_shape: tuple[int, int, int]) -> CifarResNet:
+    return CifarResNet(32, num_classes, in_channels=input_shape[0])
+
+
+def resnet56(num_classes: int, input_shape: tuple[int, int, int]) -> CifarResNet:
+    return CifarResNet(56, num_classes, in_channels=input_shape[0])

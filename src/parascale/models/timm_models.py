@@ -7,10 +7,12 @@ imports torchvision, about 3 s.
 from __future__ import annotations
 
 import difflib
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 PREFIX = "timm:"
 

@@ -6,11 +6,13 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["resolve_user", "build_user"]
 
@@ -83,6 +85,8 @@ def build_user(spec: str, num_classes: int, input_shape: tuple[int, int, int]) -
     except Exception as exc:
         raise UsageError(f"model {spec!r}: {call} raised {type(exc).__name__}: "
                          f"{short_cause(exc)}{where(exc)}") from exc
+    from torch import nn
+
     if not isinstance(model, nn.Module):
         raise UsageError(
             f"model {spec!r} returned a {type(model).__name__}, not a torch.nn.Module"

@@ -11,10 +11,12 @@ Modules: ``forecast`` (the options, the steps of a prediction and its files), ``
 ranges every input must lie in), ``interconnect`` (presets and the α-β fit), ``costs``
 (per-strategy exchange time), ``model`` (step-time composition), ``calibrate`` (records to
 model), ``gradient`` (the bytes a step exchanges), ``compare`` (measured points beside the
-prediction), ``table`` and ``plot``. The formulas and design notes are in docs/predict.md.
+prediction), ``prediction`` (what a prediction holds), ``table`` and ``plot``. The formulas and
+design notes are in docs/predict.md.
 """
-from parascale.predict.forecast import (DEFAULT_WORKERS, NAMES, Options, Prediction, predict,
-                                        read_comm, validate, write)
+from parascale.predict.forecast import (DEFAULT_WORKERS, NAMES, Options, predict, read_comm,
+                                        validate, write)
+from parascale.predict.prediction import Prediction
 
 __all__ = ["DEFAULT_WORKERS", "NAMES", "Options", "Prediction", "predict", "read_comm",
            "validate", "write"]

@@ -10,9 +10,10 @@ from pathlib import Path
 from parascale.errors import UsageError
 from parascale.predict import (calibrate, contention, costs, gradient, limits, table,
                                utilisation)
-from parascale.predict.compare import Check, checks
+from parascale.predict.compare import checks
 from parascale.predict.interconnect import PRESETS, Link, fit_comm, preset
-from parascale.predict.model import MODES, Model, Point
+from parascale.predict.model import MODES, Point
+from parascale.predict.prediction import Prediction
 from parascale.record import COMM_NAME
 from parascale.report.load import RunRecord, load_records
 from parascale.safejson import Refused, load
@@ -42,17 +43,6 @@ class Options:
     overlap: float | None = None
     noise_scale: float | None = None
     model: str | None = None
-
-
-@dataclass
-class Prediction:
-    subject: str
-    model: Model
-    curves: dict[str, list[Point]]
-    checks: list[Check] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
-    flops: dict | None = None  # model FLOPs per sample and one device's peak (utilisation.py)
 
 
 def validate(opts: Options) -> None:

@@ -17,7 +17,7 @@ gathered whole (2·P per parameter of the unit). Evaluation gathers one unit at 
 step does, its gradients freed, so it never peaks above the step. Before training, a rank holds
 the model as it is built (:func:`startup`): whole, PΨ, under a strategy that keeps the
 parameters whole; under one that shards them, its shards, filled one tensor at a time with the
-largest tensor whole beside them (PΨ/N + P·largest; training/building.py, models/deferred.py).
+largest tensor whole beside them (PΨ/N + P·largest; training/loop/building.py, models/deferred.py).
 """
 from __future__ import annotations
 

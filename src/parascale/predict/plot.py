@@ -14,10 +14,10 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from parascale.report.plots import COLORS, STYLE, _worker_axis  # the report's N axis
+from parascale.report.plots import COLORS, STYLE, worker_axis  # the report's N axis
 
 if TYPE_CHECKING:
-    from parascale.predict import Prediction
+    from parascale.predict.prediction import Prediction
 
 
 def render(pred: Prediction) -> bytes:
@@ -50,7 +50,7 @@ def render(pred: Prediction) -> bytes:
                 left.plot([c.workers for c in mine], [c.measured_efficiency * 100 for c in mine],
                           "o", color=colors[mode], label=f"{mode}: measured")
         for ax in (left, right):
-            _worker_axis(ax, ns)
+            worker_axis(ax, ns)
             if len(ns) > 8:  # 1024, 2048, 4096 side by side would overlap
                 ax.tick_params(axis="x", labelrotation=45)
             ax.legend()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from parascale.predict import utilisation
 
 if TYPE_CHECKING:
-    from parascale.predict import Prediction
+    from parascale.predict.prediction import Prediction
 
 SCHEMA = "parascale.prediction/1"
 CSV_FIELDS = ("mode", "workers", "per_device_batch", "global_batch", "work_s", "wait_s",

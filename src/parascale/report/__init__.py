@@ -11,13 +11,27 @@ Public API:
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from parascale.report.load import Loaded, Problem, RunRecord, load_records
 from parascale.report.outputs import (default_out_dir, load_studies, terminal_summary,
                                       write_loaded, write_report)
-from parascale.report.plots import Plot
 from parascale.report.rows import Row, summary_rows
 from parascale.report.tables import format_terminal
+
+if TYPE_CHECKING:
+    from parascale.report.plots import Plot
 
 __all__ = ["Loaded", "Problem", "Row", "RunRecord", "Plot", "default_out_dir", "format_terminal",
            "load_records", "load_studies", "summary_rows", "write_report", "write_loaded",
            "terminal_summary"]
+
+
+def __getattr__(name: str):
+    """``Plot``, from its module on first use: it imports matplotlib (a second), which reading
+    records, ``predict`` and the command line's errors do without."""
+    if name == "Plot":
+        from parascale.report.plots import Plot
+
+        return Plot
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-import parascale
+from parascale.record import VERSION
 from parascale.report.explain import noise_rows, trace_rows
 from parascale.report.inplan import outside_lines
 from parascale.report.load import Loaded, RunRecord
@@ -105,7 +105,7 @@ def render_html(loaded: Loaded, rows: list[Row], plots: list[Plot],
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Scaling report: {escape(studies)}</title><style>{CSS}</style></head><body>",
         f"<h1>Scaling report: {escape(studies)}</h1>",
-        f'<p class="note">Made by parascale {escape(parascale.__version__)} on {now} from '
+        f'<p class="note">Made by parascale {escape(VERSION)} on {now} from '
         f"{len(loaded.records)} run records ({len(loaded.ok)} finished); nothing was re-run.</p>",
         "<h2>Summary</h2>", _busy(rows), _sentences(rows, loaded.unfinished),
         "<h2>What was run</h2>", _configurations(loaded), "<h3>Environment</h3>", _environment(loaded),

@@ -8,10 +8,8 @@ from parascale.errors import UsageError
 from parascale.files import atomic_write_text
 from parascale.report.accuracy import apply_target
 from parascale.report.explain import noise_sentences
-from parascale.report.html import render_html
 from parascale.report.inplan import keep_planned, outside_lines
 from parascale.report.load import Loaded, load_records
-from parascale.report.plots import make_plots, write_plots
 from parascale.report.rows import summary_rows
 from parascale.report.tables import escaped, format_csv, format_markdown, format_terminal, wrap
 from parascale.report.wording import busy_sentence, sentences
@@ -60,6 +58,10 @@ def write_loaded(loaded: Loaded, out_dir: Path) -> Path:
     """Write every output for already loaded records; report.html last, so it implies the rest."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"report: --out {out_dir} exists and is not a folder")
+    # matplotlib (a second) only to write: reading records and refusing bad ones stay quick
+    from parascale.report.html import render_html
+    from parascale.report.plots import make_plots, write_plots
+
     rows = summary_rows(loaded.records)
     unfinished, problems = loaded.unfinished, loaded.problems
     plots = make_plots(rows)

@@ -56,7 +56,7 @@ def make_plots(rows: list[Row]) -> list[Plot]:
     builders = [_epoch_time, _throughput, _speedup, _efficiency, _lost_efficiency, _accuracy,
                 _step_time, _memory, _comparison]
     records = [rec for rows_ in groups.values() for row in rows_ for rec in row.records]
-    builders += [lambda *_, build=build: build(records, _figure, COLORS)
+    builders += [lambda *_, build=build: build(records, new_figure, COLORS)
                  for build in crossbow.BUILDERS]
     plots = []
     with matplotlib.rc_context(STYLE):
@@ -65,7 +65,7 @@ def make_plots(rows: list[Row]) -> list[Plot]:
             for fig, name, title, caption in made if isinstance(made, list) else \
                     [made] if made is not None else []:
                 if fig is not None:
-                    plots.append(Plot(name, title, caption, *_render(fig)))
+                    plots.append(Plot(name, title, caption, *png_and_svg(fig)))
     return plots
 
 
@@ -99,7 +99,8 @@ def _short(text: str) -> str:
     return text[:half] + "…" + text[-half:]
 
 
-def _render(fig: Figure) -> tuple[bytes, bytes]:
+def png_and_svg(fig: Figure) -> tuple[bytes, bytes]:
+    """``fig`` drawn as PNG and as SVG (the report's pages show one, link the other)."""
     FigureCanvasAgg(fig)
     png, svg = io.BytesIO(), io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
@@ -109,12 +110,13 @@ def _render(fig: Figure) -> tuple[bytes, bytes]:
     return png.getvalue(), svg.getvalue()
 
 
-def _figure(width: float = 7.0, height: float = 4.4, nrows: int = 1, ncols: int = 1):
+def new_figure(width: float = 7.0, height: float = 4.4, nrows: int = 1, ncols: int = 1):
+    """A figure of ``nrows`` x ``ncols`` axes (always a 2-D array) in the report's layout."""
     fig = Figure(figsize=(width, height), layout="constrained")
     return fig, fig.subplots(nrows, ncols, squeeze=False)
 
 
-def _worker_axis(ax, ns: Iterable[int]) -> None:
+def worker_axis(ax, ns: Iterable[int]) -> None:
     """N on x: log 2 when every N is a power of two, ticks exactly at the measured N."""
     ns = sorted(set(ns))
     log2 = len(ns) > 1 and all(n > 0 and n & (n - 1) == 0 for n in ns)
@@ -136,7 +138,7 @@ def _reference_label(groups: dict[GroupKey, list[Row]]) -> str:
 
 
 def _epoch_time(groups, labels, colors):
-    fig, axes = _figure()
+    fig, axes = new_figure()
     ax = axes[0][0]
     for key, rows in groups.items():
         t = [r.epoch_time_s for r in rows]
@@ -144,7 +146,7 @@ def _epoch_time(groups, labels, colors):
                   [r.epoch_time_max_s - r.epoch_time_s for r in rows]]
         ax.errorbar([r.workers for r in rows], t, yerr=spread, marker="o", capsize=3,
                     color=colors[key], label=labels[key])
-    _worker_axis(ax, _all_ns(groups))
+    worker_axis(ax, _all_ns(groups))
     ax.set_ylim(bottom=0)
     ax.set_ylabel("steady epoch time (s)")
     ax.set_title("Epoch time by number of workers")
@@ -155,7 +157,7 @@ def _epoch_time(groups, labels, colors):
 
 
 def _throughput(groups, labels, colors):
-    fig, axes = _figure()
+    fig, axes = new_figure()
     ax = axes[0][0]
     # in the tasks' unit when every series counts the same one (tokens/s); else samples/s
     units = {(r.unit, r.units_per_sample) for rows in groups.values() for r in rows}
@@ -178,7 +180,7 @@ def _throughput(groups, labels, colors):
                         marker="s", linestyle=":", capsize=3, color=colors[key], alpha=0.8,
                         label=f"{labels[key]}: baseline (no gradient exchange)")
     ax.plot([], [], linestyle="--", color="grey", label="ideal: X_ref · N / N_ref")
-    _worker_axis(ax, _all_ns(groups))
+    worker_axis(ax, _all_ns(groups))
     ax.set_ylim(bottom=0)
     ax.set_ylabel(f"global throughput ({escaped(unit)}/s)")
     ax.set_title("Throughput by number of workers")
@@ -191,7 +193,7 @@ def _throughput(groups, labels, colors):
 
 
 def _speedup(groups, labels, colors):
-    fig, axes = _figure()
+    fig, axes = new_figure()
     ax = axes[0][0]
     ns = sorted(set(_all_ns(groups)))
     ax.plot(ns, ns, linestyle="--", color="black", alpha=0.6, label="ideal: S = N")
@@ -200,7 +202,7 @@ def _speedup(groups, labels, colors):
         ax.errorbar([r.workers for r in shown], [r.speedup for r in shown],
                     yerr=_yerr([r.speedup for r in shown], [r.speedup_range for r in shown]),
                     marker="o", capsize=3, color=colors[key], label=labels[key])
-    _worker_axis(ax, ns)
+    worker_axis(ax, ns)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("speedup S (× reference throughput)")
     ax.set_title("Speedup, " + _reference_label(groups))
@@ -212,7 +214,7 @@ def _speedup(groups, labels, colors):
 
 
 def _efficiency(groups, labels, colors):
-    fig, axes = _figure()
+    fig, axes = new_figure()
     ax = axes[0][0]
     ax.axhline(100, linestyle="--", color="black", alpha=0.6, label="ideal: 100 %")
     top = 100.0
@@ -224,7 +226,7 @@ def _efficiency(groups, labels, colors):
         top = max([top, *e, *(hi for _, hi in filter(None, ranges))])
         ax.errorbar([r.workers for r in shown], e, yerr=_yerr(e, ranges), marker="o", capsize=3,
                     color=colors[key], label=labels[key])
-    _worker_axis(ax, _all_ns(groups))
+    worker_axis(ax, _all_ns(groups))
     ax.set_ylim(0, top * 1.1)  # not capped: super-linear points stay visible above 100 %
     ax.set_ylabel("parallel efficiency E = S / N (%)")
     ax.set_title("Scaling efficiency, " + _reference_label(groups))
@@ -240,7 +242,7 @@ def _accuracy(groups, labels, colors):
               for key, rows in groups.items()}
     if not any(e.get("test_accuracy") is not None for cs in curves.values() for _, ep in cs for e in ep):
         return None
-    fig, axes = _figure(9.0, 3.2 * len(groups) + 0.4, nrows=len(groups), ncols=2)
+    fig, axes = new_figure(9.0, 3.2 * len(groups) + 0.4, nrows=len(groups), ncols=2)
     for (key, runs), (by_epoch, by_time) in zip(curves.items(), axes):
         order = sorted({n for n, _ in runs})
         seen: set[int] = set()
@@ -277,7 +279,7 @@ def _step_time(groups, labels, colors):
         return None
     ncols = 1 if len(groups) == 1 else 2
     nrows = (len(groups) + ncols - 1) // ncols
-    fig, axes = _figure(7.0 if ncols == 1 else 10.0, 3.6 * nrows + 0.4, nrows=nrows, ncols=ncols)
+    fig, axes = new_figure(7.0 if ncols == 1 else 10.0, 3.6 * nrows + 0.4, nrows=nrows, ncols=ncols)
     flat = [ax for line in axes for ax in line]
     for ax, (key, rows) in zip(flat, groups.items()):
         for i, r in enumerate(rows):
@@ -321,7 +323,7 @@ def _memory(groups, labels, colors):
         return None
     split = {k: [r for r in rows if r.memory_split] for k, rows in shown.items()}
     split = {k: rows for k, rows in split.items() if rows}
-    fig, axes = _figure(7.0, 7.6 if split else 4.4, nrows=2 if split else 1)
+    fig, axes = new_figure(7.0, 7.6 if split else 4.4, nrows=2 if split else 1)
     ax = axes[0][0]
     mib = 1 << 20
     for key, rows in shown.items():
@@ -331,7 +333,7 @@ def _memory(groups, labels, colors):
         ax.scatter([n for n, _ in ranks], [p for _, p in ranks], marker="_", s=120,
                    color=colors[key], alpha=0.7)
     ax.scatter([], [], marker="_", s=120, color="grey", label="each rank")
-    _worker_axis(ax, [r.workers for rows in shown.values() for r in rows])
+    worker_axis(ax, [r.workers for rows in shown.values() for r in rows])
     ax.set_ylim(bottom=0)
     ax.set_ylabel("peak memory per device (MiB)")
     ax.set_title("Peak memory per device by number of workers")
@@ -387,7 +389,7 @@ def _comparison(groups, labels, colors):
 
 def _compare(groups, labels, colors, mode, name):
     ns = sorted(set(_all_ns(groups)))
-    fig, axes = _figure(10.0, 4.4, nrows=1, ncols=2)
+    fig, axes = new_figure(10.0, 4.4, nrows=1, ncols=2)
     by_time, by_eff = axes[0]
     width = 0.8 / len(groups)
     for j, (key, rows) in enumerate(groups.items()):
@@ -428,7 +430,7 @@ def _lost_efficiency(groups, labels, colors):
     split = {key: rows for key, rows in split.items() if rows}
     if not split:
         return None
-    fig, axes = _figure(7.0, 3.4 * len(split) + 0.6, nrows=len(split), ncols=1)
+    fig, axes = new_figure(7.0, 3.4 * len(split) + 0.6, nrows=len(split), ncols=1)
     for (key, rows), (ax,) in zip(split.items(), axes):
         pos = list(range(len(rows)))
         base = [100 * (1 - r.contention_loss) for r in rows]

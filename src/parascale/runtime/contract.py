@@ -21,7 +21,7 @@ ATTEMPT = "PARASCALE_ATTEMPT"
 #: the memory cgroup folder a worker enters before it allocates (--device-memory: memory_cap.py)
 MEMORY_CGROUP = "PARASCALE_MEMORY_CGROUP"
 
-# --- a training job: train() -> training/worker.py
+# --- a training job: train() -> training/launch/worker.py
 #: JSON: the resolved TrainConfig (workers and the staging --out filled in)
 CONFIG = "PARASCALE_CONFIG"
 #: JSON: the step plan the launcher made from the data it checked (batch.Plan.to_dict)
@@ -32,7 +32,7 @@ DATA_FILE = "PARASCALE_DATA_FILE"
 CHECKPOINTS = "PARASCALE_CHECKPOINTS"
 #: the console log rank 0 appends to
 LOG = "PARASCALE_LOG"
-#: JSON: the checkpoint to continue from, and why (training/resume.py)
+#: JSON: the checkpoint to continue from, and why (training/checkpoint/resume.py)
 RESUME = "PARASCALE_RESUME"
 
 # --- a user's script: ``parascale run`` -> its copies (cli/run_cmd.py -> parascale/script/)
@@ -57,8 +57,8 @@ COMM_CONFIG = "PARASCALE_COMM_CONFIG"
 PROBE = "PARASCALE_PROBE"
 #: JSON: a hyperparameter trial's configuration and cores (hpo/trial.py)
 TRIAL = "PARASCALE_TRIAL"
-#: JSON: how a trial's rank 0 reports to the search and is pruned (hpo/judge.py)
-JUDGE = "PARASCALE_JUDGE"
+#: JSON: how a trial's rank 0 reports to the search and is pruned (training/loop/pruning.py)
+PRUNER = "PARASCALE_PRUNER"
 
 
 def names() -> dict[str, str]:

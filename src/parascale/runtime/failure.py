@@ -15,16 +15,20 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-import torch
-import torch.distributed as dist
-
-from parascale import safejson
+from parascale import lazy, safejson
 from parascale.errors import KnownFailure, NoSpace, UsageError, where
 from parascale.files import full_disk
 from parascale.runtime import contract
 from parascale.runtime.processes import exit_now
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+else:  # the launcher's checks run without torch; a failure asks it only once torch is in use
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals())
 
 DETAIL_LIMIT = 20_000  # characters of traceback kept for the record
 _COLLECTIVE_WORDS = ("gloo", "nccl", "connection closed", "connection reset", "timed out",

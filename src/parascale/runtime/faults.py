@@ -35,12 +35,17 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
+from parascale import lazy
 from parascale.errors import UsageError
 from parascale.runtime import contract
 from parascale.runtime.env import attempt as current_attempt
+
+if TYPE_CHECKING:
+    import torch
+else:  # the launcher checks PARASCALE_FAULT without torch; the events use it in a worker
+    torch = lazy.module("torch", globals())
 
 ENV = contract.FAULT
 _FORM = re.compile(r"(kill|raise|hang|exit|sysexit|slow|nan|hog)@(\d+):(\d+(?:\.\d+)?)(?:/(\d+|\*))?"

@@ -41,8 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError
 from parascale.interrupts import sigterm_interrupts
@@ -50,6 +49,9 @@ from parascale.runtime import contract, failure, memory, memory_cap, processes
 from parascale.runtime.env import ATTEMPT_ENV
 from parascale.runtime.scratch import make_dir, sweep
 from parascale.runtime.rendezvous import LOOPBACK, address_towards, open_store  # noqa: F401
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 GRACE_S = 5.0  # how long an interrupted job's workers may take to exit before they are killed
 SETTLE_S = 0.5  # after the first failure, wait this long for the root cause to report
@@ -111,9 +113,9 @@ class LocalJob:
     caps: memory_cap.JobCaps | None = None  # --device-memory: a cgroup per worker, from run()
 
     def __init__(self, module: str, size: int, env: dict[str, str], store: dist.TCPStore,
-                 threads: int):
+                 threads: int, cap: int | None = None):
         self.module, self.size, self.env, self.threads = module, size, env, threads
-        self.store = store
+        self.store, self.cap = store, cap
         sweep()  # folders of earlier launchers killed outright (SIGKILL leaves them behind)
         self.tmp = make_dir("parascale-job-")
         self.procs: list[processes.Child] = []
@@ -127,7 +129,7 @@ class LocalJob:
         """Start the workers and block until every one succeeded or the job failed; never
         leaves a worker behind."""
         try:
-            self.caps = memory_cap.for_job(self.size)
+            self.caps = None if self.cap is None else memory_cap.JobCaps(self.size, self.cap)
             self._start()
             outcome = self._watch()
         except BaseException:  # Ctrl-C, SIGTERM: ask the workers to stop, then make sure
@@ -240,9 +242,12 @@ def _named(rank: int, report: dict) -> Outcome:
 
 def launch(module: str, size: int, env: dict[str, str], port: int | None = None,
            threads: int = 1, store: dist.TCPStore | None = None, max_restarts: int = 0,
-           restart: Callable[[int, Outcome], dict[str, str]] | None = None) -> Outcome:
+           restart: Callable[[int, Outcome], dict[str, str]] | None = None,
+           cap: int | None = None) -> Outcome:
     """Run ``python -m module`` as ``size`` ranks and wait; Ctrl-C and SIGTERM stop every
     worker. ``store``: one already opened with :func:`open_store` (else one on ``port``).
+    ``cap``: each worker's memory cap in bytes (``--device-memory``: a memory cgroup per
+    worker, :mod:`.memory_cap`), None for none.
 
     ``max_restarts``: start every worker again after a failure that allows it (module
     docstring), at most this many times; ``restart(attempt, failed)`` gives the environment
@@ -257,7 +262,7 @@ def launch(module: str, size: int, env: dict[str, str], port: int | None = None,
                 env = {**env, **(restart(attempt, earlier[-1]) if restart else {})}
                 store = open_store()  # the failed attempt's keys stay in the old one
             outcome = LocalJob(module, size, {**env, ATTEMPT_ENV: str(attempt)}, store,
-                               threads).run()
+                               threads, cap).run()
             if not outcome.restartable or attempt == max_restarts:
                 break
             earlier.append(outcome)

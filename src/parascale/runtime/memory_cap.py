@@ -11,9 +11,11 @@ forked worker's cap is its own memory. The kernel kills a worker that goes over 
 the launcher reads the cgroup's count of such kills, and the run ends as ``oom`` naming the rank
 and the cap (:meth:`JobCaps.oom_line`), as a CUDA out-of-memory error does.
 
-The cap travels beside the launch, not through it: ``train()``, ``parascale run`` and a study's
-script runs open :func:`applied` around their local launch, and the launcher asks
-:func:`for_job` for the cgroups of the launch it makes; a launch outside (``comm``) is uncapped.
+The cap is part of the launch: a training job's configuration holds it (``device_memory``), the
+one local launch of a job (training/launch/launcher.py, for ``train``, ``parascale run`` and
+``parascale.script.launch.run``) hands it to :func:`parascale.runtime.launch`, and each attempt
+of the launch makes its workers' cgroups (:class:`JobCaps`); a launch without it (``comm``) is
+uncapped.
 
 Sizes are binary: a number in ASCII digits, with or without a fraction, and a unit K, M, G or T
 (powers of 1024, however written: 3G, 3GB and 3GiB are all 3 x 2^30 bytes, as Slurm's --mem
@@ -22,11 +24,8 @@ its sizes here too.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from parascale.errors import UsageError
@@ -40,8 +39,6 @@ _SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(?:([KMGT])(?:I?B)?|B)?", re.ASCII)
 #: with torch's files cached (480 MiB for torch read cold), before it builds a model
 FLOOR = 400 << 20
 FLAG = "--device-memory"
-_REQUESTED: contextvars.ContextVar[int | None] = contextvars.ContextVar("device_memory",
-                                                                        default=None)
 #: what a size looks like, for messages
 SIZE_WORDS = "a size such as 3GiB, 512MiB or 2.5G (powers of 1024, ASCII digits)"
 
@@ -111,16 +108,6 @@ def hierarchy() -> cgroups.Hierarchy:
                          f"{FLAG}") from exc
 
 
-@contextlib.contextmanager
-def applied(text: str | None) -> Iterator[None]:
-    """Local launches inside cap each worker at ``text`` (a size; None: no cap)."""
-    token = _REQUESTED.set(None if text is None else parse_size(text))
-    try:
-        yield
-    finally:
-        _REQUESTED.reset(token)
-
-
 class JobCaps:
     """One launch's cgroups, one per rank, each limited to ``cap`` bytes."""
 
@@ -151,12 +138,6 @@ class JobCaps:
 
     def remove(self) -> None:
         cgroups.remove(self.job)
-
-
-def for_job(size: int) -> JobCaps | None:
-    """The cgroups of a launch of ``size`` workers made inside :func:`applied`, else None."""
-    cap = _REQUESTED.get()
-    return None if cap is None else JobCaps(size, cap)
 
 
 def _random() -> str:

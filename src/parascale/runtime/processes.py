@@ -51,7 +51,7 @@ from parascale.runtime import mp_private
 #: sets' libraries (scikit-learn 1.5 s, torchvision 3.5 s): the launcher hands its workers the
 #: data it built (``parascale.data.handover``), and the server's imports are a run's critical path.
 PRELOAD = ["parascale.runtime.fork_server_init", "torch", "torch.distributed", "torch._dynamo",
-           "parascale.training.loop", "parascale.comm"]
+           "parascale.training.loop.train", "parascale.comm"]
 LOG_TAIL = 12  # lines of a failed process's log shown to the user
 
 

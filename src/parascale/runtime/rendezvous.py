@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime
 import errno
 import socket
-
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 LOOPBACK = "127.0.0.1"
 
@@ -56,6 +58,8 @@ def open_store(port: int | None = None, host: str = LOOPBACK,
             raise UsageError(f"cannot listen on {host}:{port or 0}: "
                              f"{exc.strerror or exc}") from None
     bound = sock.getsockname()[1]
+    import torch.distributed as dist  # here: the world module is read without torch
+
     return dist.TCPStore(host, bound, is_master=True, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=timeout_s),
                          master_listen_fd=sock.detach())  # the store closes it

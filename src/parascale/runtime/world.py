@@ -26,16 +26,21 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-
+from parascale import lazy
 from parascale.digits import is_count  # not isdigit(): it takes '５', which int() reads
 from parascale.errors import UsageError
 from parascale.runtime import contract
 from parascale.runtime.env import LOCAL_ENV, attempt, external_launcher
 from parascale.runtime.rendezvous import LOOPBACK, open_store
 
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+else:  # devices_elsewhere and the checks of --device, --gpus and --backend run without torch
+    torch = lazy.module("torch", globals())
+    dist = lazy.module("torch.distributed", globals())
 
 
 @dataclass

@@ -20,10 +20,22 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from parascale.script.api import Run
+if TYPE_CHECKING:
+    from parascale.script.api import Run
 
 __all__ = ["Run", "start", "current"]
+
+
+def __getattr__(name: str):
+    """``Run``, from its module on first use: it imports torch, and ``parascale run``'s
+    options and checks (``parascale.script.options``, ``.launch``) are read without it."""
+    if name == "Run":
+        from parascale.script.api import Run
+
+        return Run
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _current: Run | None = None
 
@@ -45,6 +57,7 @@ def start() -> Run:
     from parascale.config import TrainConfig
     from parascale.runtime import World, contract, external_launcher, join
     from parascale.runtime import resolve_backend, resolve_device_type
+    from parascale.script.api import Run
 
     spec = json.loads(os.environ.get(contract.SCRIPT) or "null")
     cfg = TrainConfig.from_dict(spec["config"]) if spec else TrainConfig()

@@ -3,7 +3,7 @@
 It joins the world the script was started in (``parascale run``'s, torchrun's, srun's, or a
 world of one when the script runs as a plain process), wraps the model and optimizer for the
 chosen strategy, shards the training DataLoader, and measures each step as the trainer does
-(training/measure.py): the sharded loader marks where a step starts and where its batch is
+(training/observe/measure.py): the sharded loader marks where a step starts and where its batch is
 ready, the optimizer's ``step`` (patched on the instance, so the object stays the user's, and
 LR schedulers and ``isinstance`` keep working) marks compute, exposed sync and optimizer time.
 One pass over the sharded loader is one epoch of the record.
@@ -22,34 +22,19 @@ from parascale import record as rec
 from parascale import sync
 from parascale.batch import Derived, Plan
 from parascale.config import TrainConfig
-from parascale.errors import UsageError
 from parascale.files import atomic_write
 from parascale.runtime import World
 from parascale.tasks.base import to_device
 from parascale.script import shard
 from parascale.script.recording import Measured, make_record
-from parascale.training.board import open_board
-from parascale.training.contention import CpuWatch
-from parascale.training.epochs import epoch_entry
-from parascale.training.measure import LossTally, StepClock
-from parascale.training.run import Progress
+from parascale.training.observe.tensorboard import open_tensorboard
+from parascale.training.observe.contention import CpuWatch
+from parascale.training.record.epochs import epoch_entry
+from parascale.training.observe.measure import LossTally, StepClock
+from parascale.training.record.progress import Progress
 
 #: metrics whose direction needs no saying
 DIRECTIONS = {"loss": False, "accuracy": True}
-
-
-def refusal(name: str | None) -> str | None:
-    """One line when ``--sync name`` cannot run a script, else None (the strategy's traits
-    say; None is the default strategy)."""
-    able = sync.with_trait(script_refusal=None)
-    try:
-        name = sync.check(name or sync.DEFAULT)
-    except UsageError:
-        return f"unknown --sync {name!r}: a script runs under {', '.join(able)}"
-    why = sync.traits_of(name).script_refusal
-    if why is None:
-        return None
-    return f"--sync {name} cannot run a script: {why}; choose one of {', '.join(able)}"
 
 
 class Run:
@@ -79,7 +64,7 @@ class Run:
         #: whether epochs are gathered into a record: not in a plain process (a world of one
         #: outside parascale run), where nothing is written and the steps alone are timed
         self.recording = world.launcher != "plain"
-        self.board = open_board(cfg.tensorboard, world.is_main)  # --tensorboard DIR
+        self.tensorboard = open_tensorboard(cfg.tensorboard, world.is_main)  # --tensorboard DIR
 
     # --- the model and optimizer ------------------------------------------------------------
 
@@ -203,8 +188,8 @@ class Run:
         self.losses = LossTally(self.device)
         self.progress.rows[number] = self.clock.restart()
         self.progress.epochs.append(entry)
-        if self.board is not None:
-            self.board.epoch(entry.to_dict())
+        if self.tensorboard is not None:
+            self.tensorboard.epoch(entry.to_dict())
 
     # --- metrics and checkpoints -------------------------------------------------------------
 
@@ -226,8 +211,8 @@ class Run:
                 entry = self.progress.epochs[-1]
                 entry.metrics[key] = float(value)
                 entry.elapsed_s = time.perf_counter() - self.progress.t_start
-                if self.board is not None:  # the epoch's series were written at its end
-                    self.board.epoch({"epoch": entry.epoch, key: entry.metrics[key],
+                if self.tensorboard is not None:  # the epoch's series were written at its end
+                    self.tensorboard.epoch({"epoch": entry.epoch, key: entry.metrics[key],
                                       "elapsed_s": entry.elapsed_s})
             else:
                 self._pending[key] = float(value)
@@ -263,8 +248,8 @@ class Run:
         self.finished = True
         if self._epoch is not None:
             self._epoch_ends()
-        if self.board is not None:
-            self.board.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         if not self.recording:
             if self.strategy is not None:
                 self.strategy.finish()

@@ -1,6 +1,6 @@
 """``parascale run``'s checks and launch: N copies of the script, started by ``train``'s own
-local launch (training/launcher.py: the fork server, failure handling, --timeout, SIGTERM, the
-staging of --out, the console log and the record of a failure)."""
+local launch (training/launch/launcher.py: the fork server, failure handling, --timeout,
+SIGTERM, the staging of --out, the console log and the record of a failure)."""
 from __future__ import annotations
 
 import time
@@ -13,8 +13,8 @@ from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import contract
-from parascale.training.launcher import Job, launch_job
-from parascale.training.preflight import threads_per_worker
+from parascale.training.launch.launcher import Job, launch_job
+from parascale.training.launch.preflight import threads_per_worker
 
 WORKER = "parascale.script.worker"
 
@@ -37,8 +37,8 @@ def checked(given: dict[str, Any]) -> tuple[TrainConfig, int]:
     from parascale.runtime import check_oversubscription, external_launcher
     from parascale.runtime import resolve_backend, resolve_device_type
     from parascale.runtime.env import available_cores, speaks
-    from parascale.script.api import refusal
-    from parascale.training.preflight import world_size_for
+    from parascale.script.options import refusal
+    from parascale.training.launch.preflight import world_size_for
     from parascale.validation import validate
 
     cfg = TrainConfig.from_dict(given)
@@ -72,7 +72,7 @@ def run(config: dict[str, Any], script: str | Path, argv: list[str]) -> dict[str
 def launch_script(cfg: TrainConfig, size: int, script: Path, argv: list[str],
                   since: tuple[str, float]) -> dict[str, Any]:
     """Run ``size`` copies of ``script`` and return rank 0's record (or a failure record):
-    ``train``'s local launch (:func:`parascale.training.launcher.launch_job`), each worker
+    ``train``'s local launch (:func:`parascale.training.launch.launcher.launch_job`), each worker
     running the script."""
     job = Job(cfg, size, WORKER, lambda resolved: {contract.SCRIPT: spec(resolved, script, argv)},
               f"parascale run {script.name} {' '.join(argv)}",

@@ -3,6 +3,7 @@ Slurm job of one all need: kept here, below all three."""
 from __future__ import annotations
 
 from parascale import sync
+from parascale.errors import UsageError
 
 #: the TrainConfig fields ``parascale run`` takes: where to run, how to synchronise, how to end,
 #: where to write; the rest (model, data, batch, optimizer) is the script's own business
@@ -17,3 +18,17 @@ def taken() -> list[str]:
     scripted = set(sync.with_trait(script_refusal=None))
     return [*FIELDS, *(name for name, (_, owners) in sync.options().items()
                        if scripted & set(owners))]
+
+
+def refusal(name: str | None) -> str | None:
+    """One line when ``--sync name`` cannot run a script, else None (the strategy's traits
+    say; None is the default strategy)."""
+    able = sync.with_trait(script_refusal=None)
+    try:
+        name = sync.check(name or sync.DEFAULT)
+    except UsageError:
+        return f"unknown --sync {name!r}: a script runs under {', '.join(able)}"
+    why = sync.traits_of(name).script_refusal
+    if why is None:
+        return None
+    return f"--sync {name} cannot run a script: {why}; choose one of {', '.join(able)}"

@@ -1,4 +1,4 @@
-"""A script's run record: the trainer's (training/assemble.py, parascale/runrecord.py), from
+"""A script's run record: the trainer's (training/record/assemble.py, parascale/runrecord.py), from
 what the script's run measured, so that ``report``, ``predict`` and time-to-target read it as
 any other. The script is no task of parascale's: its ``task`` section names the metrics it
 logged, each with the direction it gave."""
@@ -14,11 +14,11 @@ from parascale.batch import Plan
 from parascale.config import TrainConfig
 from parascale.runtime import World
 from parascale.sync.base import Strategy
-from parascale.training.assemble import assemble
-from parascale.training.contention import CpuWatch
-from parascale.training.judging import time_to_target
-from parascale.training.measure import steady
-from parascale.training.run import Progress, Summary, Times
+from parascale.training.record.assemble import assemble
+from parascale.training.observe.contention import CpuWatch
+from parascale.training.record.target import time_to_target
+from parascale.training.record.progress import Progress
+from parascale.training.record.summary import Summary, Times, steady
 
 NOT_MEASURED = "parascale run does not measure a script's gradient noise scale"
 

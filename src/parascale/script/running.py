@@ -21,7 +21,7 @@ from pathlib import Path
 from parascale.errors import KnownFailure
 from parascale.runtime import contract
 from parascale.runtime.failure import LEFT_EARLY, describe, is_out_of_memory, is_secondary
-from parascale.training.console import ConsoleLog
+from parascale.training.observe.console import ConsoleLog
 
 _LIBRARIES = tuple({str(Path(p).resolve()) for p in (
     sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],

@@ -1,4 +1,4 @@
-"""Which samples each copy of a script sees: the trainer's arithmetic (training/sampling.py:
+"""Which samples each copy of a script sees: the trainer's arithmetic (training/loop/sampling.py:
 one permutation per epoch, the same on every rank, each global batch cut into rank slices)
 applied to the user's own DataLoader, so that N copies with batch b each step through exactly
 the samples one copy with batch N x b would (the foundation test: tests/test_script_run.py).
@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from parascale.batch import steps_per_epoch
-from parascale.training.sampling import epoch_order, eval_shard
+from parascale.training.loop.sampling import epoch_order, eval_shard
 
 
 class TrainBatches:

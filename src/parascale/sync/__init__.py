@@ -34,7 +34,7 @@ from parascale.sync.options import Option, Settings, option
 from parascale.sync.parameter_server import ParameterServer
 from parascale.sync.reduce_broadcast import ReduceBroadcast
 from parascale.sync.sma import SMA
-from parascale.sync.traits import SHARDABLE, Pattern, Traits
+from parascale.sync.traits import GRADIENT, SHARDABLE, UPDATE, Pattern, Traits
 from parascale.sync.zero import Zero
 
 if TYPE_CHECKING:
@@ -339,7 +339,8 @@ for _cls in _BUILT_IN:
     register(_cls)
 _adopt_inherited()
 
-__all__ = ["BASELINE", "DEFAULT", "SHARDABLE", "Option", "Pattern", "Settings", "Strategy", "Traits",
-           "applies", "build", "check", "get", "help_of", "names", "noise_refusal", "option",
-           "options", "read_settings", "register", "settle", "settled", "sharding_stages",
-           "strategy_of", "traits_of", "unregister", "validate", "with_pattern", "with_trait"]
+__all__ = ["BASELINE", "DEFAULT", "GRADIENT", "SHARDABLE", "UPDATE", "Option", "Pattern",
+           "Settings", "Strategy", "Traits", "applies", "build", "check", "get", "help_of",
+           "names", "noise_refusal", "option", "options", "read_settings", "register", "settle",
+           "settled", "sharding_stages", "strategy_of", "traits_of", "unregister", "validate",
+           "with_pattern", "with_trait"]

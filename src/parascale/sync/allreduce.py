@@ -10,7 +10,7 @@ from parascale import lazy
 from parascale.sync import compression
 from parascale.sync.base import NOTHING, Strategy
 from parascale.sync.options import Settings, option
-from parascale.sync.traits import Pattern, Traits
+from parascale.sync.traits import GRADIENT, Pattern, Traits
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +76,10 @@ class Bucketed(Strategy):
         return True
 
     @classmethod
+    def equivalence(cls, settings) -> str | None:
+        return GRADIENT  # DDP averages the gradients as they are
+
+    @classmethod
     def pattern(cls, settings) -> Pattern:
         return Pattern(overlaps=True)
 
@@ -129,6 +133,10 @@ class AllReduce(Bucketed):
     name = "allreduce"
     Settings = AllReduceSettings
     settings: AllReduceSettings
+
+    @classmethod
+    def equivalence(cls, settings: AllReduceSettings) -> str | None:
+        return compression.exact(settings)
 
     @classmethod
     def refuse(cls, cfg) -> str | None:

@@ -19,8 +19,8 @@ A checkpoint (``--checkpoint-every``) asks every rank for ``strategy.state_dict(
 two steps and gives it back through ``load_state_dict`` after ``wrap`` on resume, once the
 model and optimizer are restored. ``replicas_agree`` says whether a checkpoint may keep rank
 0's model and optimizer alone, or must keep every rank's; ``shards_checkpoint`` that each rank
-writes its own part of them through torch.distributed.checkpoint instead (training/sharded.py),
-which a run on another number of workers can read back.
+writes its own part of them through torch.distributed.checkpoint instead
+(training/checkpoint/sharded.py), which a run on another number of workers can read back.
 
 Strategies that overlap communication with backward (DDP) do their work inside backward and
 report, through ``compute_end``, the moment the last gradient was ready: the wait after it is
@@ -82,7 +82,7 @@ class Resolved:
 
 class GradientWatcher(Protocol):
     """Shown this rank's own gradients before the exchange, in one or more pieces per step
-    (DDP's buckets; a flat buffer): the gradient noise scale (training/noise.py) is one."""
+    (DDP's buckets; a flat buffer): the gradient noise scale (training/observe/noise.py) is one."""
 
     def before_exchange(self, gradients: torch.Tensor) -> None: ...
 
@@ -114,6 +114,13 @@ class Strategy:
         """Whether every rank's model and optimizer state are the same after every step (the
         ranks exchange gradients synchronously): a checkpoint then keeps rank 0's alone."""
         return False
+
+    @classmethod
+    def equivalence(cls, settings: Any) -> str | None:
+        """How N workers with B/N samples each relate to one worker with B (``traits.GRADIENT``:
+        they end alike under any optimizer; ``traits.UPDATE``: under an optimizer whose update
+        is linear in the gradient), or None: they need not end alike."""
+        return None
 
     @classmethod
     def pattern(cls, settings: Any) -> Pattern | None:

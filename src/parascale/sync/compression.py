@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from parascale import lazy
 from parascale.sync.options import Settings, option
+from parascale.sync.traits import GRADIENT
 
 if TYPE_CHECKING:
     import torch
@@ -157,6 +158,13 @@ class CompressionSettings(Settings):
 
     def compressor(self) -> Compressor:
         return make(self.compression, self.powersgd_rank)
+
+
+def exact(settings: CompressionSettings) -> str | None:
+    """``Strategy.equivalence`` of a strategy that sends the gradients through a compressor and
+    steps on their mean: a compressor rounds the gradients (fp16, bf16) or approximates them
+    (PowerSGD), so only none keeps N x B/N equal to 1 x B."""
+    return GRADIENT if settings.compression == "none" else None
 
 
 def refuse_unless_elementwise(strategy: str, settings: CompressionSettings) -> str | None:

@@ -16,7 +16,7 @@ from parascale import lazy
 from parascale.errors import KnownFailure
 from parascale.sync.base import Strategy, unwrap
 from parascale.sync.options import Settings, option
-from parascale.sync.traits import SHARDABLE, Pattern, Traits
+from parascale.sync.traits import GRADIENT, SHARDABLE, Pattern, Traits
 
 if TYPE_CHECKING:
     import torch
@@ -123,6 +123,10 @@ class FSDP(Strategy):
         return True
 
     @classmethod
+    def equivalence(cls, settings) -> str | None:
+        return GRADIENT  # each rank steps its shards on the reduce-scattered mean gradient
+
+    @classmethod
     def pattern(cls, settings: FSDPSettings) -> Pattern:
         # an all-gather of the parameters in forward and a reduce-scatter of the gradients in
         # backward; stage 3 gathers the parameters again in backward
@@ -135,8 +139,6 @@ class FSDP(Strategy):
 
     @classmethod
     def refuse(cls, cfg) -> str | None:
-        from parascale.runtime.world import resolve_device_type
-
         stage = cls.settings_of(cfg).stage
         if stage not in (2, 3):
             return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
@@ -146,9 +148,6 @@ class FSDP(Strategy):
         if cfg.precision == "fp16":
             return ("--sync fsdp runs mixed precision in bf16 (fp16 would need a sharded "
                     "gradient scaler); use --precision bf16")
-        if cfg.precision != "fp32" and resolve_device_type(cfg.device, cfg.gpus) == "cpu":
-            return (f"--sync fsdp --precision {cfg.precision}: FSDP's mixed precision needs a "
-                    "GPU, and this run is on the CPU; use --precision fp32")
         return None
 
     @classmethod
@@ -178,7 +177,7 @@ class FSDP(Strategy):
             raise KnownFailure(_refusal(plain, why))
         mesh = device_mesh.init_device_mesh(self.world.device.type, (n,))
         kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
-        if self.cfg.precision == "bf16":  # refused on the CPU; the reduction stays fp32
+        if self.cfg.precision == "bf16":  # GPUs and CPU workers alike; the reduction stays fp32
             kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         try:

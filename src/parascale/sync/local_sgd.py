@@ -23,7 +23,7 @@ from parascale import lazy
 from parascale.sync.base import Strategy
 from parascale.sync.flat import Flat
 from parascale.sync.options import Settings, option
-from parascale.sync.traits import Pattern
+from parascale.sync.traits import UPDATE, Pattern
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -46,6 +46,12 @@ class LocalSGD(Strategy):
     @classmethod
     def lockstep(cls, settings: LocalSGDSettings) -> bool:
         return settings.period == 1
+
+    @classmethod
+    def equivalence(cls, settings: LocalSGDSettings) -> str | None:
+        # averaging after every step (module docstring); every H > 1 steps, the replicas'
+        # momentum buffers differ and the algorithm is another one
+        return UPDATE if settings.period == 1 else None
 
     @classmethod
     def pattern(cls, settings: LocalSGDSettings) -> Pattern:

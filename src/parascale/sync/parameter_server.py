@@ -170,6 +170,11 @@ class ParameterServer(Strategy):
         return settings.ps_mode == "sync"  # every worker copies the same reply each step
 
     @classmethod
+    def equivalence(cls, settings: ParameterServerSettings) -> str | None:
+        # sync: the servers step on the mean of every worker's gradient; async on each alone
+        return compression.exact(settings) if settings.ps_mode == "sync" else None
+
+    @classmethod
     def pattern(cls, settings: ParameterServerSettings) -> Pattern:
         return Pattern(algorithm="parameter-server", servers=settings.ps_servers)
 

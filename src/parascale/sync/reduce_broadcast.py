@@ -35,9 +35,7 @@ ROOT = 0
 
 class ReduceBroadcast(Strategy):
     name = "reduce-broadcast"
-    traits = Traits(mean_gradient=True,  # every rank gets the mean back; compressors are casts
-                    script_refusal="its reduce to rank 0 and broadcast needs the trainer's "
-                                   "step; --sync allreduce gives the same averaged gradient")
+    traits = Traits(mean_gradient=True)  # every rank gets the mean back; compressors are casts
     Settings = compression.CompressionSettings
     settings: compression.CompressionSettings
 
@@ -48,6 +46,10 @@ class ReduceBroadcast(Strategy):
     @classmethod
     def agrees(cls, settings) -> bool:
         return True  # compressors here are casts: no state between steps
+
+    @classmethod
+    def equivalence(cls, settings) -> str | None:
+        return compression.exact(settings)
 
     @classmethod
     def pattern(cls, settings) -> Pattern:

@@ -85,6 +85,12 @@ class SMA(Strategy):
         return settings.period == 1  # only a period of 1 exchanges every step
 
     @classmethod
+    def equivalence(cls, settings: SMASettings) -> str | None:
+        # each learner is pulled a fraction alpha toward the central model, which moves with
+        # momentum of its own: no period or count of learners makes it one worker's SGD
+        return None
+
+    @classmethod
     def pattern(cls, settings: SMASettings) -> Pattern:
         # the learners' corrections, all-reduced every period steps after backward
         return Pattern(every=settings.period)

@@ -2,7 +2,8 @@
 
 ``Strategy.traits`` holds what a strategy is whatever its options (:class:`Traits`); what
 depends on its options is a class method of ``Strategy`` that takes its settings
-(``lockstep``, ``agrees``, ``pattern``: :class:`Pattern`). The trainer, the script API,
+(``lockstep``, ``agrees``, ``equivalence``: :data:`GRADIENT` or :data:`UPDATE`, ``pattern``:
+:class:`Pattern`). The trainer, the script API,
 find-batch, ``predict``, ``bench`` and ``report`` read them through the registry
 (``parascale.sync``), which imports no torch, so that ``--help`` and ``report`` need none.
 """
@@ -12,6 +13,18 @@ from dataclasses import dataclass
 
 #: what a strategy may shard across the ranks: the parameters, the gradients, the optimizer state
 SHARDABLE = ("params", "grads", "state")
+
+# How N workers with B/N samples each relate to one worker with the whole batch B
+# (``Strategy.equivalence(settings)``; None: they need not end alike). The foundation test of
+# data parallelism holds the strategies to it (tests/matrix_cases.py).
+
+GRADIENT = "gradient"
+"""Every step, every rank's optimizer steps on the global batch's mean gradient (or the servers'
+does): N x B/N end with the parameters of 1 x B under any optimizer, up to float rounding."""
+UPDATE = "update"
+"""Each rank steps on its own gradient and the replicas are averaged after every step: the
+same as :data:`GRADIENT` when the optimizer's update is linear in the gradient (SGD with
+momentum and weight decay), not under AdamW, whose update divides by the gradient's size."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,8 @@ class Traits:
     script API calls around the script's own optimizer."""
     optimizer: str | None = None
     """The ``--optimizer`` it updates with, whatever is asked, or None when it steps the
-    optimizer the trainer builds (a task's own included)."""
+    optimizer the trainer builds (a task's own included). Such a strategy has a
+    ``script_refusal``: a script steps an optimizer of its own."""
     optimizer_why: str = ""
     """Why ``optimizer`` is its own, in words that follow ``--sync NAME``."""
     mean_gradient: bool = False
@@ -43,6 +57,12 @@ class Traits:
     learners: bool = False
     """A device trains several model replicas (learners), each on its own ``--batch-size``
     (Crossbow's): the report's learner figures are drawn from these runs."""
+
+    def __post_init__(self) -> None:
+        # a script steps its own optimizer, which such a strategy would silently replace
+        if self.optimizer is not None and self.script_refusal is None:
+            raise TypeError(f"a strategy that updates with --optimizer {self.optimizer} alone "
+                            "cannot run a script, which steps its own: give it a script_refusal")
 
 
 @dataclass(frozen=True)

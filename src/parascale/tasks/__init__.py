@@ -6,13 +6,15 @@ with a user's task into one UsageError line before any worker starts.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parascale.config import OPTIMIZERS
-from parascale.data.split import DataBundle, hold_out
 from parascale.errors import UsageError
 from parascale.tasks.base import (LOSS, NAME_CHARACTERS, Metric, Task, build_optimizer, check_name,
                                    name_problem, samples_in)
+
+if TYPE_CHECKING:
+    from parascale.data.split import DataBundle
 
 __all__ = [
     "BUILTIN_METRICS",
@@ -37,9 +39,11 @@ BUILTIN_METRICS = {LOSS: False, "accuracy": True}
 
 def _user(cfg) -> tuple[Task, DataBundle]:
     from parascale.tasks import load
-    from parascale.tasks.data import DatasetSplit
 
     task = load.load(cfg.task, cfg.seed)
+    from parascale.data.split import DataBundle, hold_out  # torch: once the task is loaded
+    from parascale.tasks.data import DatasetSplit
+
     if task.name == "task":
         task.name = cfg.task
     bundle = DataBundle(name=task.name, train=DatasetSplit(task.train_data, task.collate),

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
+from parascale import lazy
 from parascale.errors import UsageError
 from parascale.runrecord import Unit, task_section
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+else:  # names and target checks run without torch (the command line's first errors)
+    torch = lazy.module("torch", globals())
 
 LOSS = "loss"
 """Every task's loss is also a metric of its evaluation, lower is better, under this name."""
@@ -62,7 +66,7 @@ class Metric:
 
     name: str
     # Any, not nn.Module: in evaluation the model comes wrapped so that it runs once per input
-    # for the loss and every metric (training/evaluate.py, _Once); it calls and passes
+    # for the loss and every metric (training/loop/evaluate.py, _Once); it calls and passes
     # attributes through like the module
     fn: Callable[[Any, Any], torch.Tensor | float]
     higher_is_better: bool | None = None

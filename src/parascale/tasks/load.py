@@ -6,15 +6,19 @@ traceback per rank.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from parascale import lazy
 from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
 from parascale.models.user import resolve_user
 from parascale.tasks.base import LOSS, Metric, Task, check_name
 from parascale.tasks.tryout import tried
+
+if TYPE_CHECKING:
+    import torch
+else:  # a task that cannot be imported is refused before torch is: one line at once
+    torch = lazy.module("torch", globals())
 
 
 def call_of(spec: str) -> str:

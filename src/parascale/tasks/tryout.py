@@ -6,13 +6,17 @@ was expected (exit 2), not a traceback per rank, or DDP's error at the second st
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from parascale import lazy
 from parascale.errors import UsageError, where
 from parascale.models.probe import short_cause
 from parascale.tasks.base import Task, samples_in
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported by tasks.load, which refuses a task it cannot import before torch is needed
+    torch = lazy.module("torch", globals())
 
 SHOWN = 4  # parameters named of those without a gradient
 

@@ -1,9 +1,9 @@
 """``parascale.train(config)``: the one entry point the CLI, studies, searches and users call.
 
-On one machine it starts the workers itself (:mod:`.launcher`); under torchrun or srun this
+On one machine it starts the workers itself (:mod:`.launch.launcher`); under torchrun or srun this
 process *is* a worker and joins that world. Either way bad input is found first, before any
 worker starts or anything is written (:func:`parascale.validation.validate`, then
-:mod:`.preflight`), and the step plan made there is the one the workers train on.
+:mod:`.launch.preflight`), and the step plan made there is the one the workers train on.
 """
 from __future__ import annotations
 
@@ -12,12 +12,10 @@ from typing import Any
 
 from parascale.config import TrainConfig, check_run_folder
 from parascale.errors import UsageError
-from parascale.runtime import external_launcher, memory_cap
-from parascale.training import resume
-from parascale.training.launcher import launch_local
-from parascale.training.loop import run_worker
-from parascale.training.preflight import (plan_checked, preflight, threads_per_worker,
-                                          world_size_for)
+from parascale.runtime import external_launcher
+from parascale.training.checkpoint import resume
+from parascale.training.launch.preflight import (plan_checked, preflight, threads_per_worker,
+                                                 world_size_for)
 from parascale.validation import validate
 
 __all__ = ["train", "preflight", "world_size_for", "threads_per_worker"]
@@ -51,7 +49,11 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
                          "(parascale continues its restarted workers from the newest checkpoint)")
     plan = plan_checked(cfg, size)  # validated above: checked once, planned once
     if external_launcher():
+        from parascale.training.loop.train import run_worker  # torch: after the checks above
+
         return run_worker(cfg, teardown, plan) or {}
+    from parascale.training.launch.launcher import launch_local
+
     since = ("process start", command_start) if command_start is not None \
         else ("train() call", called)
     said: list[str] = []  # lines said before the log exists, for the log
@@ -61,5 +63,4 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
         said.append(line)
 
     choice = resume.first_choice(cfg, size, plan.total_steps, say)
-    with memory_cap.applied(cfg.device_memory):
-        return launch_local(cfg, size, plan, since, choice, said)
+    return launch_local(cfg, size, plan, since, choice, said)

@@ -6,7 +6,7 @@ are torch's and TensorBoard's business, not ours), by rank 0 alone, once per epo
 series per figure of the record's epoch entry and one per part of the step (data, compute,
 exposed sync, optimizer, the whole step). The values are the record's own (docs/record.md), so
 a dashboard and ``parascale report`` never disagree. ``parascale train`` and the script API
-both call :func:`open_board` and :meth:`Board.epoch`.
+both call :func:`open_tensorboard` and :meth:`TensorBoardWriter.epoch`.
 
 ``torch.utils.tensorboard`` is imported only when a run asks for it: it pulls in the whole
 ``tensorboard`` package, seconds of start-up on a busy machine that most runs do not need.
@@ -50,7 +50,7 @@ def scalars(entry: dict[str, Any]) -> dict[str, float]:
     return found
 
 
-class Board:
+class TensorBoardWriter:
     """One run's event files in ``folder``; its x axis is the epoch."""
 
     def __init__(self, folder: str):
@@ -69,6 +69,6 @@ class Board:
         self.writer.close()
 
 
-def open_board(folder: str | None, is_main: bool) -> Board | None:
-    """The run's board: on rank 0 of a run given ``--tensorboard folder``, else None."""
-    return Board(folder) if folder and is_main else None
+def open_tensorboard(folder: str | None, is_main: bool) -> TensorBoardWriter | None:
+    """The run's writer: on rank 0 of a run given ``--tensorboard folder``, else None."""
+    return TensorBoardWriter(folder) if folder and is_main else None

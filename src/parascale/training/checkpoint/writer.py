@@ -4,7 +4,7 @@
 epoch whose number N divides. A step checkpoint that falls on an epoch's last step is written
 after the epoch's entry (and evaluation) instead, so that a resume starts the next epoch with
 the finished one recorded. Writing is collective (every rank's state is gathered; under a sharded
-strategy every rank also writes its part of the model and optimizer, training/sharded.py);
+strategy every rank also writes its part of the model and optimizer, sharded.py);
 rank 0 writes the files, removes the ones beyond ``--keep``, and says one line; every rank
 waits for that.
 """
@@ -19,15 +19,18 @@ import torch.distributed as dist
 
 from parascale.config import TrainConfig
 from parascale.record import VERSION, now
-from parascale.training import checkpoint, state
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import state
 
 if TYPE_CHECKING:
     from parascale.batch import Plan
     from parascale.runtime import World
-    from parascale.training.run import Run
+    from parascale.training.checkpoint.trained import Trained
 
 
-class Keeper:
+class CheckpointWriter:
+    """Writes the run's checkpoints when they are due (``--checkpoint-every``, ``--keep``)."""
+
     def __init__(self, interval: tuple[int, str], folder: Path, keep: int,
                  cfg: TrainConfig, world: World, plan: Plan):
         self.every, self.unit = interval
@@ -45,7 +48,8 @@ class Keeper:
             return epoch % self.every == 0
         return step % self.every == 0
 
-    def write(self, run: Run, position: dict[str, int], epoch_part: dict[str, Any] | None = None,
+    def write(self, run: Trained, position: dict[str, int],
+              epoch_part: dict[str, Any] | None = None,
               generator: torch.Generator | None = None) -> float:
         """Collective: checkpoint the run at ``position``; the seconds it took (every rank)."""
         started = time.perf_counter()
@@ -58,7 +62,7 @@ class Keeper:
                     "torch": torch.__version__, "config": self.cfg.to_dict()}
         found: checkpoint.Found | None = None
         if run.strategy.shards_checkpoint:  # every rank writes its part
-            from parascale.training import sharded
+            from parascale.training.checkpoint import sharded
 
             found = sharded.write(run, self.folder, position["step"], saved, manifest)
         elif saved is not None:  # rank 0

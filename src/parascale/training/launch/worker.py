@@ -1,4 +1,4 @@
-"""Entry point of one locally launched worker: ``python -m parascale.training.worker``.
+"""Entry point of one locally launched worker: ``python -m parascale.training.launch.worker``.
 
 The launcher passes the resolved configuration and its step plan as JSON (the variables
 ``CONFIG`` and ``PLAN`` of :mod:`parascale.runtime.contract`). A failure is written to the error
@@ -13,7 +13,7 @@ from parascale.batch import Plan
 from parascale.config import TrainConfig
 from parascale.runtime import contract
 from parascale.runtime.failure import serve_as_worker
-from parascale.training.loop import run_worker
+from parascale.training.loop.train import run_worker
 
 if __name__ == "__main__":
     cfg = TrainConfig.from_dict(json.loads(os.environ[contract.CONFIG]))

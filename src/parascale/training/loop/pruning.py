@@ -4,7 +4,7 @@ accuracy to the Optuna study and asks whether to stop; every rank learns the ans
 The trial's workers talk to the study's storage themselves, as Optuna's distributed workers do:
 the search process only starts trials and records their ends, so pruning costs no round trip
 through it, and a trial on another machine needs nothing but the storage URL. The pruner is not
-kept in the storage, so the search hands its description to the trial (``PARASCALE_JUDGE``).
+kept in the storage, so the search hands its description to the trial (``PARASCALE_PRUNER``).
 Optuna is imported only in a trial, never by a plain training run. It lives in training/, not
 hpo/, because the loop uses it: hpo imports it from here (the arrows point down).
 """
@@ -17,7 +17,7 @@ from typing import Any
 from parascale.runrecord import EpochEntry
 from parascale.runtime import contract
 
-ENV = contract.JUDGE
+ENV = contract.PRUNER
 PRUNERS = ("median", "halving", "none")
 
 
@@ -38,7 +38,10 @@ def intermediate(objective: str, value: float) -> float:
     return 1.0 - value if objective == "tta" else value
 
 
-class Judge:
+class TrialPruner:
+    """A search trial's pruner: reports each evaluated epoch to the study and asks whether to
+    stop the trial."""
+
     def __init__(self, spec: dict[str, Any], world):
         self.spec, self.world = spec, world
         self.number: int = spec["number"]
@@ -46,7 +49,7 @@ class Judge:
         # imported only in a trial)
 
     @classmethod
-    def from_env(cls, world) -> Judge | None:
+    def from_env(cls, world) -> TrialPruner | None:
         text = os.environ.get(ENV)
         return cls(json.loads(text), world) if text else None
 

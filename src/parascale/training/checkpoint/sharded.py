@@ -3,7 +3,7 @@
 
 Under ``--sync zero`` a rank holds the optimizer state of its parameters only, under ``--sync
 fsdp`` its shards of the parameters, gradients and optimizer state. Gathering them on rank 0,
-as the replicated checkpoints do (training/state.py), would need the whole state in one
+as the replicated checkpoints do (training/checkpoint/state.py), would need the whole state in one
 process, which is what sharding avoids. Here the model and the optimizer's state go through
 ``get_state_dict`` (FSDP2's DTensors, and ZeRO's local optimizer, keyed by parameter name with
 ``flatten_optimizer_state_dict``) into ``dcp.save``; on resume, ``dcp.load`` fills each rank's
@@ -12,7 +12,7 @@ own parts as the new world lays them out, whatever the world that wrote them.
 Only tensors go into DCP's files: DCP pickles anything else and reads it back with
 ``weights_only=False``, and the optimizer's other entries (learning rate, momentum...) are the
 configuration's, which a resume must give again anyway. DCP's ``.metadata`` is a pickle too;
-it is read by training/dcp_metadata.py, which builds nothing but DCP's own metadata classes.
+it is read by dcp_metadata.py, which builds nothing but DCP's own metadata classes.
 
 The folder is written under a temporary name (checkpoint.temporary), each rank hashes the
 files it wrote, and rank 0 writes the rest of the run's state beside them, hashes what is left
@@ -34,18 +34,18 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state
                                                      set_state_dict)
 
 from parascale.files import full_disk, no_space
-from parascale.training import checkpoint
-from parascale.training.dcp_metadata import Reader
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint.dcp_metadata import Reader
 
 if TYPE_CHECKING:
-    from parascale.training.run import Run
+    from parascale.training.checkpoint.trained import Trained
 
 #: optimizer state keyed "state.<parameter>.<name>": a rank's part is the keys of its
 #: parameters, whatever partition wrote them
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
-def _state(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
+def _state(run: Trained) -> tuple[dict[str, Any], dict[str, Any]]:
     """This rank's model and optimizer state dicts (flat, parameter names as keys)."""
     return get_state_dict(run.net, run.strategy.optimizer_part(run.optimizer), options=_OPTIONS)
 
@@ -54,14 +54,14 @@ def _tensors(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
-def write(run: Run, folder: Path, step: int, saved: dict[str, Any] | None,
+def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
           manifest: dict[str, Any]) -> checkpoint.Found | None:
     """Collective: checkpoint ``step`` of the run into ``folder``, every rank its part of the
     model and optimizer, rank 0 ``saved`` (the rest of the state, ``state.capture``) and the
     manifest. The checkpoint on rank 0, None elsewhere."""
     world, tmp = run.world, checkpoint.temporary(folder, step)
     if world.is_main:  # a killed write's leftovers go before anyone writes
-        checkpoint._remove(tmp)
+        checkpoint.remove(tmp)
         tmp.mkdir(parents=True)
     if world.size > 1:
         dist.barrier()
@@ -78,23 +78,26 @@ def write(run: Run, folder: Path, step: int, saved: dict[str, Any] | None,
         if full is None:
             raise
         if world.is_main:
-            checkpoint._remove(tmp)
+            checkpoint.remove(tmp)
         raise no_space(tmp, full, checkpoint.KEPT) from exc
     # each rank hashes the files it wrote (DCP names them after the rank), in parallel
     mine = {n: checkpoint.file_facts(tmp / n) for n in sorted(os.listdir(tmp))
             if n.startswith(f"__{world.rank}_")}
-    hashed: list[Any] = [None] * world.size if world.is_main else []
+    if not world.is_main:
+        dist.gather_object(mine, dst=0)
+        return None
+    hashed: list[Any] = [None] * world.size
     if world.size > 1:
-        dist.gather_object(mine, hashed if world.is_main else None, dst=0)
+        dist.gather_object(mine, hashed, dst=0)
     else:
         hashed = [mine]
-    if not world.is_main or saved is None:
+    if saved is None:
         return None
     files = {name: facts for part in hashed for name, facts in part.items()}
     return checkpoint.commit(folder, step, saved, manifest, files)
 
 
-def load(run: Run, folder: Path) -> None:
+def load(run: Trained, folder: Path) -> None:
     """Collective: this rank's parts of the model and optimizer from the checkpoint in
     ``folder``, as this world shards them (DCP reads the parts each rank needs)."""
     model, optimizer = _state(run)  # the layout to fill, the optimizer's state made first

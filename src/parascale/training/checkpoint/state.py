@@ -1,6 +1,6 @@
 """A run's state between two steps, gathered from every rank into one checkpoint, and restored.
 
-What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
+What a checkpoint holds (a dict saved by :mod:`.disk`):
 
 - ``position``: the optimizer steps done, and where the sampler stands: the epoch it is in and
   the steps of it done (0 at an epoch's start). The data order is a pure function of (seed,
@@ -8,14 +8,14 @@ What a checkpoint holds (a dict saved by :mod:`.checkpoint`):
 - ``shared``: the model and optimizer (and gradient scaler) when every rank holds the same
   (``Strategy.replicas_agree``); otherwise each rank's own are in ``ranks``. Under a strategy
   whose ranks hold parts of them (``Strategy.shards_checkpoint``, ``sharded`` True), the model
-  and optimizer are in the files every rank writes beside it (training/sharded.py), and
+  and optimizer are in the files every rank writes beside it (training/checkpoint/sharded.py), and
   ``shared`` holds the gradient scaler alone.
 - ``ranks``: per rank, the strategy's state (``Strategy.state_dict``), every RNG state (torch's
   global CPU and CUDA generators, numpy's, Python's, and the epoch's augmentation generator,
   seeded per rank), and what the epoch in progress has measured (loss sum, time, step rows).
-- ``progress``: what the record needs from before (``Progress.state_dict``, training/run.py):
-  finished epochs, time-to-accuracy, training time so far, earlier resumes, SMA's tuned learner
-  count. Each rank's step rows of finished epochs are in ``ranks``.
+- ``progress``: what the record needs from before (``Progress.state_dict``,
+  training/record/progress.py): finished epochs, time-to-accuracy, training time so far, earlier
+  resumes, SMA's tuned learner count. Each rank's step rows of finished epochs are in ``ranks``.
 
 Gathering is collective (``gather_object`` to rank 0, which alone writes); it happens after the
 divergence check has decided every step so far, so a checkpoint never holds a diverged model.
@@ -34,8 +34,7 @@ from torch import nn
 from parascale.sync.base import unwrap
 
 if TYPE_CHECKING:
-    from parascale.training.resume import Choice
-    from parascale.training.run import Run
+    from parascale.training.checkpoint.trained import Trained
 
 
 def _tensors(value: Any, change) -> Any:
@@ -87,7 +86,7 @@ def _rows(rows: list[list[float]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64).reshape(-1, 5)
 
 
-def capture(run: Run, position: dict[str, int], epoch_part: dict[str, Any] | None,
+def capture(run: Trained, position: dict[str, int], epoch_part: dict[str, Any] | None,
             generator: torch.Generator | None) -> dict[str, Any] | None:
     """Collective: every rank's state, gathered; the checkpoint on rank 0, None elsewhere.
 
@@ -103,13 +102,14 @@ def capture(run: Run, position: dict[str, int], epoch_part: dict[str, Any] | Non
     }
     if not agree and not sharded:
         mine.update(_trained(run))
-    gathered: list[Any] | None = [None] * run.world.size if run.world.is_main else None
+    if not run.world.is_main:
+        dist.gather_object(mine, dst=0)
+        return None
+    gathered: list[Any] = [None] * run.world.size
     if run.world.size > 1:
         dist.gather_object(mine, gathered, dst=0)
     else:
         gathered = [mine]
-    if not run.world.is_main:
-        return None
     shared = {"scaler": _scaler(run)} if sharded else _trained(run) if agree else None
     return {"position": dict(position), "replicas_agree": agree, "sharded": sharded,
             "shared": shared, "ranks": gathered,
@@ -127,23 +127,23 @@ def _load_model(module: nn.Module, saved: dict[str, torch.Tensor]) -> None:
     module.load_state_dict({**saved, **structure})
 
 
-def _trained(run: Run) -> dict[str, Any]:
+def _trained(run: Trained) -> dict[str, Any]:
     return {"model": _cpu(_model_state(unwrap(run.net))),
             "optimizer": _cpu(run.optimizer.state_dict()),
             "scaler": _scaler(run)}
 
 
-def _scaler(run: Run) -> dict[str, Any] | None:
+def _scaler(run: Trained) -> dict[str, Any] | None:
     return None if run.scaler is None else run.scaler.state_dict()
 
 
-def restore(run: Run, saved: dict[str, Any], where: Path) -> dict[str, Any]:
+def restore(run: Trained, saved: dict[str, Any], where: Path) -> dict[str, Any]:
     """Put this rank's model, optimizer, scaler, strategy state and RNGs back (collective, for
     the strategies that talk to their servers and for sharded ones); return this rank's part of
     the checkpoint. ``where``: the checkpoint (a sharded one's folder holds the model)."""
     mine = _mine(saved["ranks"], run.world.rank, run.world.size)
     if saved.get("sharded"):
-        from parascale.training import sharded
+        from parascale.training.checkpoint import sharded
 
         sharded.load(run, where)
         trained = _owned(saved["shared"])
@@ -172,26 +172,3 @@ def _mine(ranks: list[dict[str, Any]], rank: int, size: int) -> dict[str, Any]:
         mine["epoch_part"] = {**part, "loss_sum": torch.tensor(total / size, dtype=torch.float64),
                               "noise": None}
     return mine
-
-
-def continue_run(run: Run, saved: dict[str, Any], choice: Choice) -> None:
-    """Take the run up where checkpoint ``saved`` left it: state (collective, see
-    :func:`restore`), position, what the record needs, and one line on rank 0."""
-    from parascale.runtime import env
-
-    mine = restore(run, saved, Path(choice.path))
-    progress, position = run.progress, saved["position"]
-    progress.load_state_dict(saved["progress"], run.task.throughput_unit())
-    progress.position, progress.step = dict(position), int(position["step"])
-    progress.warm.add(int(position["epoch"]))  # a new process warms up
-    progress.resumed.append(choice.entry())
-    if mine["epoch_part"] is not None:
-        progress.epoch_part = {**mine["epoch_part"], "generator": mine["rng"]["epoch"]}
-    if run.world.is_main:
-        where = (f"in epoch {position['epoch']} after its step {position['done']}"
-                 if position["done"] else f"at the start of epoch {position['epoch']}"
-                 if progress.step < run.plan.total_steps else "after the last step")
-        how = {"resume": "--resume", "restart": f"restart {env.attempt()}",
-               "torchrun": f"torchrun's restart {env.attempt()}"}.get(choice.by, choice.by)
-        print(f"parascale: continuing from {choice.label} ({how}): step {progress.step} of "
-              f"{run.plan.total_steps}, {where}", flush=True)

@@ -10,8 +10,8 @@ import torch.distributed as dist
 from parascale.batch import Plan
 from parascale.runrecord import SAMPLES, EpochEntry, Unit
 from parascale.runtime import World
-from parascale.training.contention import epoch_load
-from parascale.training.measure import PHASES
+from parascale.training.observe.contention import epoch_load
+from parascale.training.observe.measure import PHASES
 
 
 def epoch_entry(epoch: int, steps: int, plan: Plan, times: tuple[float, float],

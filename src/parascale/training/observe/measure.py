@@ -11,7 +11,6 @@ on the device every step would serialise the very overlap we want to see).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from statistics import median
 from typing import TYPE_CHECKING, cast
 
@@ -20,7 +19,6 @@ import torch
 
 if TYPE_CHECKING:
     from parascale.runrecord import EpochEntry
-    from parascale.training.run import Progress
 
 PHASES = ("data", "compute", "sync", "optimizer")
 
@@ -112,50 +110,6 @@ class LossTally:
                 self._sum += value * samples
             self._losses, self._samples = [], []
         return torch.tensor(self._sum, dtype=torch.float64, device=self.device)
-
-
-@dataclass
-class Steady:
-    """This rank's step rows that count as steady state, what was left out, which steps."""
-
-    rows: list[list[float]]
-    excluded: str
-    source: str
-
-
-def steady(progress: Progress, steps_per_epoch: int, planned_epochs: int) -> Steady:
-    """The step-time rows that count as steady state, what was left out, and where they are.
-
-    Warm-up epochs are left out: the first, and the one each resume continued in (a new
-    process warms up again)."""
-    epochs = progress.epochs
-    warm = [e.epoch for e in epochs if e.warmup]
-    profiled = [e.epoch for e in epochs if e.profiled and not e.warmup]
-    kept = [e for e in epochs if not e.warmup and not e.profiled]
-    if kept:
-        rows = [row for e in kept for row in progress.rows.get(e.epoch, [])]
-        if profiled:
-            return Steady(rows, f"{epochs_named(warm)} (warm-up) and {epochs_named(profiled)} "
-                          "(profiled)", f"the steps of {epochs_named([e.epoch for e in kept])}")
-        if warm == [1] and [e.epoch for e in kept] == list(range(2, epochs[-1].epoch + 1)):
-            partial = "" if epochs[-1].steps == steps_per_epoch else \
-                f" (the partial epoch {epochs[-1].epoch})"
-            return Steady(rows, "epoch 1 (warm-up)",
-                          f"steps {epochs[0].steps + 1}-{progress.step}{partial}")
-        return Steady(rows, f"{epochs_named(warm)} (warm-up: the first, and each one a resumed "
-                      "run continued in)", f"the steps of {epochs_named([e.epoch for e in kept])}")
-    # no steady epoch: the last one's first tenth (at least a step) stands in for the warm-up
-    last = epochs[-1].epoch
-    warmup_rows = progress.rows.get(last, [])
-    cut = min(max(1, len(warmup_rows) // 10), len(warmup_rows) - 1)
-    if len(epochs) > 1 or progress.resumed:
-        where = f"epoch {last} (each earlier epoch a warm-up)" if len(epochs) > 1 else \
-            f"epoch {last} (the only one, after a resume)"
-    else:
-        where = "the only epoch" if planned_epochs == 1 else \
-            "epoch 1 (training stopped at the target there)"
-    return Steady(warmup_rows[cut:], f"first {cut} steps of {where}",
-                  f"steps {cut + 1}-{len(warmup_rows)} of {where}")
 
 
 def stats(values) -> dict[str, float] | None:

@@ -3,7 +3,7 @@
 DCP pickles its metadata and reads it back with ``pickle.load``; here an unpickler builds
 nothing but DCP's own metadata classes and the few plain types they hold, so that a forged
 checkpoint cannot run code (the checksums catch damage, not forgery). Kept apart from
-training/sharded.py, which writes and loads the state, so that checkpoint.py can check a
+training/checkpoint/sharded.py, which writes and loads the state, so that checkpoint.py can check a
 found checkpoint's metadata without importing what imports it.
 """
 from __future__ import annotations
@@ -70,7 +70,8 @@ class Reader(FileSystemReader):
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         metadata = _read_metadata(Path(self.path))
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage = getattr(metadata, "storage_meta", None)
+        if storage is None:
+            storage = metadata.storage_meta = StorageMeta()
+        storage.load_id = self.load_id
         return metadata

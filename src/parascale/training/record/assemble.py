@@ -19,10 +19,10 @@ from parascale.files import atomic_write_bytes
 from parascale.runtime import World
 from parascale.runtime.memory_cap import own_peak
 from parascale.sync.base import Strategy
-from parascale.training.contention import machine_section
-from parascale.training.measure import peak_memory, steady_figures, step_summary
-from parascale.training.memory_split import MemorySplit
-from parascale.training.run import Summary
+from parascale.training.observe.contention import machine_section
+from parascale.training.observe.measure import peak_memory, steady_figures, step_summary
+from parascale.training.observe.memory_split import MemorySplit
+from parascale.training.record.summary import Summary
 
 
 def _device_name(device: torch.device) -> str:
@@ -44,14 +44,14 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
     writes model.pt (with ``cfg.save_model``) and record.json into ``cfg.out``, and returns the
     record as written; None on other ranks.
 
-    ``summary`` (training/run.py) is this rank's: its epoch entries (every rank's figures
+    ``summary`` (training/record/summary.py) is this rank's: its epoch entries (every rank's figures
     already), its steady step rows, what was left out of them and which steps they are; its
     share of the contention measurement; the trial's number and the epoch it was pruned after,
     in a hyperparameter search; the record's ``resumed``, ``restarts``, ``checkpoints``,
     ``profile`` and ``noise`` sections; the FLOPs the loop counted; and the times
     (``total_s`` is the run's training time, earlier attempts' up to the checkpoint this one
     resumed included, ``training_s`` this attempt's). ``memory``: this rank's bytes by
-    category (training/memory_split.py). ``script``: ``parascale run``'s script section.
+    category (training/observe/memory_split.py). ``script``: ``parascale run``'s script section.
     """
     epochs, times = summary.epochs, summary.times
     peak = peak_memory(world.device)

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from parascale import data, models, sync, tasks
-from parascale.batch import Plan, make_plan
+from parascale.batch import Plan, derive, make_plan
 from parascale.config import TrainConfig
 from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.runtime import (check_oversubscription, external_launcher, external_size,
                                faults, resolve_backend, resolve_device_type)
 from parascale.runtime.env import available_cores, cores_per_worker
-from parascale.training import resume
+from parascale.training.checkpoint import resume
 from parascale.validation import validate
 
 __all__ = ["plan_checked", "preflight", "threads_per_worker", "world_size_for"]
@@ -76,12 +76,13 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
         resume.check_folder(cfg)
         resume.refuse_fresh_start(cfg)
     memo = {} if memo is None else memo
+    strategy = sync.strategy_of(cfg)
+    replicas = strategy.replicas_per_device(cfg)
+    derive(cfg, size, replicas=replicas)  # a batch that does not divide, before the data is read
     # built once per data set in this process, and handed to the local workers (data.handover)
     facts = data.prepare(cfg, keep=not external_launcher()) if cfg.task is None \
         else _user_task(cfg, size, memo)
-    strategy = sync.strategy_of(cfg)
-    plan = make_plan(cfg, size, facts["train"], facts["test"],
-                     replicas=strategy.replicas_per_device(cfg))
+    plan = make_plan(cfg, size, facts["train"], facts["test"], replicas=replicas)
     if plan.steps_per_epoch == 0:
         raise UsageError(_batch_too_large(cfg, plan, size))
     if not external_launcher():  # a torchrun or srun world is what it is

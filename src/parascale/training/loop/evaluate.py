@@ -16,7 +16,7 @@ from torch import nn
 
 from parascale.runtime import World
 from parascale.tasks import Task, samples_in
-from parascale.training.sampling import eval_shard
+from parascale.training.loop.sampling import eval_shard
 
 
 class _Once:

@@ -26,11 +26,12 @@ from parascale import record as rec
 from parascale.batch import Plan
 from parascale.config import TrainConfig
 from parascale.errors import NoSpace
-from parascale.runtime import contract, launch, open_store
+from parascale.runtime import contract, launch, memory_cap, open_store
 from parascale.runtime.staging import produce
-from parascale.training import checkpoint, resume
-from parascale.training.console import ConsoleLog
-from parascale.training.preflight import threads_per_worker
+from parascale.training.checkpoint import disk as checkpoint
+from parascale.training.checkpoint import resume
+from parascale.training.launch.preflight import threads_per_worker
+from parascale.training.observe.console import ConsoleLog
 
 __all__ = ["Job", "launch_job", "launch_local"]
 
@@ -53,6 +54,13 @@ class Job:
     said: list[str] = field(default_factory=list)  # lines said before the log existed
     companions: tuple[str, ...] = (rec.MODEL_NAME, rec.LOG_NAME, rec.TRACES_NAME)
     script: dict[str, Any] | None = None  # a failure record's ``script`` section
+
+    @property
+    def memory_cap(self) -> int | None:
+        """Each worker's memory cap in bytes (``--device-memory``), or None: the launch gives
+        every worker a memory cgroup of its own (:mod:`parascale.runtime.memory_cap`)."""
+        given = self.cfg.device_memory
+        return None if given is None else memory_cap.parse_size(given)
 
 
 def launch_job(job: Job, since: tuple[str, float]) -> dict[str, Any]:
@@ -79,7 +87,7 @@ def launch_local(cfg: TrainConfig, size: int, plan: Plan, since: tuple[str, floa
                 contract.CHECKPOINTS: str(checkpoints or ""),
                 contract.RESUME: choice.to_env() if choice else ""}
 
-    return launch_job(Job(cfg, size, "parascale.training.worker", env, "parascale train",
+    return launch_job(Job(cfg, size, "parascale.training.launch.worker", env, "parascale train",
                           f"{size} worker{'s' if size > 1 else ''}", plan, choice,
                           list(said or [])), since)
 
@@ -127,7 +135,8 @@ def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[st
                     log.line(line)
             print(f"parascale: starting {job.starting}...", flush=True)
             outcome = launch(job.worker, size, env, threads=threads_per_worker(cfg, size),
-                             store=store, max_restarts=cfg.max_restarts, restart=next_attempt)
+                             store=store, max_restarts=cfg.max_restarts, restart=next_attempt,
+                             cap=job.memory_cap)
     except BaseException:  # interrupted: the log said so, and stays where it is
         if log:
             log.close()

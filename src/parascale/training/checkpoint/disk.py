@@ -8,7 +8,7 @@ One checkpoint is two files in ``DIR/checkpoints``::
 or, under a strategy whose ranks each hold a part of the state (``Strategy.shards_checkpoint``),
 a folder and its manifest::
 
-    step-00000120/       every rank's part (torch.distributed.checkpoint, training/sharded.py)
+    step-00000120/       every rank's part (torch.distributed.checkpoint, sharded.py)
                          and run.pt: the rest of the run's state, as in the .pt above
     step-00000120.json   the same manifest, with the size and SHA-256 of every file in the folder
 
@@ -39,15 +39,18 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-import torch
-
-from parascale import safejson
+from parascale import lazy, safejson
 from parascale.errors import NoSpace
 from parascale.files import atomic_write, no_space, no_space_named
+
+if TYPE_CHECKING:
+    import torch
+else:  # resume's checks of --out list checkpoints without torch (the command line's first line)
+    torch = lazy.module("torch", globals())
 
 FORMAT = "parascale.checkpoint/1"
 FOLDER = "checkpoints"
@@ -65,7 +68,7 @@ MANIFEST: dict[str, Any] = {
 #: fields a manifest may have: a folder's files (name: bytes and SHA-256), and the batch and
 #: learning rate it trained with (what a run on another number of workers must keep)
 OPTIONAL: dict[str, Any] = {"files": {}, "global_batch": (int,), "effective_lr": (int, float)}
-#: the outline of the state that resuming reads (training/state.py), every part required but
+#: the outline of the state that resuming reads (state.py), every part required but
 #: ``shared`` (the model and optimizer when every rank holds the same, else each rank's own)
 STATE: dict[str, Any] = {
     "position": {"step": (int,), "epoch": (int,), "done": (int,)}, "replicas_agree": (bool,),
@@ -88,7 +91,7 @@ class Found:
 
     path: Path
     step: int
-    manifest: dict[str, Any] | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)  # empty until it is read
     problem: str | None = None
     #: the epoch its run's --steps cut short at the run's end, when it was written there
     cut_short: int | None = None
@@ -99,7 +102,7 @@ class Found:
 
     @property
     def sharded(self) -> bool:
-        """A folder of every rank's part (training/sharded.py), not one .pt."""
+        """A folder of every rank's part (sharded.py), not one .pt."""
         return self.path.suffix != ".pt"
 
     @property
@@ -111,10 +114,10 @@ class Found:
 class _Hashing:
     """A file object for ``torch.save`` that hashes and counts what it writes."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: BinaryIO):
         self.handle, self.sha, self.size = handle, hashlib.sha256(), 0
 
-    def write(self, data) -> int:
+    def write(self, data: bytes) -> int:
         view = memoryview(data)
         self.sha.update(view)
         self.size += view.nbytes
@@ -122,6 +125,14 @@ class _Hashing:
 
     def flush(self) -> None:
         self.handle.flush()
+
+
+def _save_hashed(state: dict[str, Any], handle: BinaryIO) -> _Hashing:
+    """``torch.save`` of ``state`` into ``handle``, hashed and counted on the way."""
+    writer = _Hashing(handle)
+    # torch.save writes to any object with write and flush; its stubs ask for a file
+    torch.save(state, cast(BinaryIO, writer))
+    return writer
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -134,7 +145,7 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def _atomic(path: Path, write: Callable[[Any], object]) -> None:
+def _atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Written atomically (parascale.files), then the rename made durable."""
     atomic_write(path, write)
     _fsync_folder(path.parent)
@@ -147,10 +158,8 @@ def save(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, Any
     path = folder / f"{name(step)}.pt"
     hashed: list[_Hashing] = []
 
-    def write_state(handle) -> None:
-        writer = _Hashing(handle)
-        torch.save(state, writer)
-        hashed.append(writer)
+    def write_state(handle: BinaryIO) -> None:
+        hashed.append(_save_hashed(state, handle))
 
     try:
         _atomic(path, write_state)
@@ -201,29 +210,28 @@ def commit(folder: Path, step: int, state: dict[str, Any], manifest: dict[str, A
     tmp, path = temporary(folder, step), folder / name(step)
     try:
         with no_space_named(tmp / STATE_FILE), open(tmp / STATE_FILE, "wb") as handle:
-            writer = _Hashing(handle)
-            torch.save(state, writer)
+            writer = _save_hashed(state, handle)
             handle.flush()
             os.fsync(handle.fileno())
         files = {**files, STATE_FILE: {"bytes": writer.size, "sha256": writer.sha.hexdigest()}}
         for left in sorted(set(os.listdir(tmp)) - set(files)):  # DCP's .metadata, rank 0's
             files[left] = file_facts(tmp / left)
         _fsync_folder(tmp)
-        _remove(path.with_suffix(".json"))  # one a failed attempt left at this step, if any
-        _remove(path)
+        remove(path.with_suffix(".json"))  # one a failed attempt left at this step, if any
+        remove(path)
         os.rename(tmp, path)
         _fsync_folder(folder)
         facts = {"format": FORMAT, "step": step, **manifest, "files": files,
                  "bytes": sum(f["bytes"] for f in files.values()),
                  "sha256": _listing_digest(files)}
-        _write_manifest(path, facts, lambda: _remove(path))
+        _write_manifest(path, facts, lambda: remove(path))
     except NoSpace as exc:
-        _remove(tmp)
+        remove(tmp)
         raise no_space(path, exc, KEPT) from exc
     return Found(path, step, facts)
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     """A checkpoint's file or folder gone (nothing when it is not there)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -353,7 +361,7 @@ def state_problem(saved: Any, manifest: dict[str, Any]) -> str | None:
         safejson.check_types(saved, STATE)
     except safejson.Refused as exc:
         return f"its state is malformed ({exc})"
-    # a sharded checkpoint keeps the model and optimizer beside the state (training/sharded.py)
+    # a sharded checkpoint keeps the model and optimizer beside the state (sharded.py)
     sharded = saved.get("sharded") is True
     needs = {k: v for k, v in STATE.items()
              if k != "shared" or (saved["replicas_agree"] and not sharded)}
@@ -384,9 +392,10 @@ def inspect(found: Found) -> Found:
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         found.problem = f"torch cannot load it ({type(exc).__name__}: {first})"
         return found
-    found.problem = state_problem(saved, found.manifest or {})
+    found.problem = state_problem(saved, found.manifest)
     if found.problem is None and found.sharded:
-        from parascale.training import dcp_metadata  # torch.distributed.checkpoint: only here
+        # torch.distributed.checkpoint: only here
+        from parascale.training.checkpoint import dcp_metadata
 
         found.problem = dcp_metadata.metadata_problem(found.path)
     epochs = saved["progress"].get("epochs") if found.problem is None else None
@@ -425,10 +434,10 @@ def prune(folder: Path, keep: int, current: int) -> list[Path]:
     for found in past + mine[:max(0, len(mine) - keep)]:
         for path in (found.manifest_path, found.path):
             if os.path.lexists(path):
-                _remove(path)
+                remove(path)
                 removed.append(path)
     for leftover in folder.glob(".step-*.tmp"):  # a file (atomic_write's) or a sharded folder
-        _remove(leftover)
+        remove(leftover)
     return removed
 
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parascale import safejson, sync
 from parascale.config import TrainConfig
@@ -26,7 +26,10 @@ from parascale.errors import UsageError
 from parascale.files import check_writable_folder
 from parascale.record import now
 from parascale.runtime import env
-from parascale.training import checkpoint
+from parascale.training.checkpoint import disk as checkpoint
+
+if TYPE_CHECKING:
+    from parascale.runtime.world import World
 
 #: settings a resumed run may change: where and how it runs, how long, what it measures. Every
 #: other one shapes the trajectory and must be the checkpoint's. The world size is compared
@@ -131,7 +134,7 @@ def mismatch(manifest: dict[str, Any], cfg: TrainConfig, size: int, total_steps:
              cut_short: int | None = None) -> str | None:
     """Why this run cannot continue from a checkpoint with ``manifest``, or None.
     ``cut_short``: the epoch the checkpoint's run ended in the middle of (``Found.cut_short``)."""
-    resized = manifest.get("world_size") != size
+    resized = manifest["world_size"] != size
     if resized and (why := _fixed_size(manifest, cfg, size)):
         return why
     theirs, mine = _named(manifest.get("config") or {}), sync.settled(cfg).to_dict()
@@ -175,7 +178,7 @@ def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | 
     otherwise."""
     from parascale.batch import derive
 
-    before = manifest.get("world_size")
+    before: int = manifest["world_size"]
     kind = sync.strategy_of(cfg)
     if not kind.resumes_resized(cfg) or manifest.get("global_batch") is None:
         able = [name for name in sync.names()
@@ -215,11 +218,11 @@ def choose(cfg: TrainConfig, size: int, total_steps: int | None, by: str,
         what = "no usable checkpoint" if damaged else "no checkpoint"
         say(f"parascale: {what} in {folder}; starting from the beginning")
         return None
-    problem = mismatch(found.manifest or {}, cfg, size, total_steps, found.cut_short)
+    problem = mismatch(found.manifest, cfg, size, total_steps, found.cut_short)
     if problem:
         raise UsageError(f"cannot continue from {found.label}: {problem}; resume with the "
                          "settings it was written with, or start afresh in another --out")
-    manifest = found.manifest or {}
+    manifest = found.manifest
     return Choice(str(found.path), by, found.step, int(manifest.get("epoch", 0)), skipped,
                   **why)
 
@@ -231,9 +234,10 @@ def first_choice(cfg: TrainConfig, size: int, total_steps: int,
     return choose(cfg, size, total_steps, "resume", say) if cfg.resume else None
 
 
-def in_world(cfg: TrainConfig, world, total_steps: int) -> Choice | None:
+def in_world(cfg: TrainConfig, world: World, total_steps: int | None) -> Choice | None:
     """A worker's checkpoint to continue from: the launcher's choice in a local launch; under
-    torchrun or srun rank 0's, told to every rank (a UsageError on every rank when refused)."""
+    torchrun or srun rank 0's, told to every rank (a UsageError on every rank when refused).
+    ``total_steps``: None while the strategy has a setting to decide first (see ``mismatch``)."""
     if world.launcher == "local":
         return Choice.from_env()
     by = "resume" if cfg.resume else "torchrun" if env.restarted_by_torchrun() else None

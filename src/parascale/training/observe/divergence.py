@@ -82,21 +82,26 @@ class DivergenceWatch:
                 self._to_host(item)
         while len(self.pending) > (0 if final else 1):
             item = self.pending.pop(0)
+            values = item.values
             if self.cuda:
+                values = self._to_host(item)  # its copy, started above
                 item.ready.synchronize()
             elif item.work is not None:
                 item.work.wait()
-            self._decide(item, (item.host if self.cuda else item.values).tolist())
+            self._decide(item, values.tolist())
 
-    def _to_host(self, item: _Pending) -> None:
-        """Start the copy of a step's result to pinned host memory; nothing here waits."""
-        if item.ready is None:
+    def _to_host(self, item: _Pending) -> torch.Tensor:
+        """The step's result in pinned host memory, whose copy this starts the first time it is
+        asked (complete once ``item.ready`` is); nothing here waits."""
+        if item.host is None:
             if item.work is not None:
                 item.work.wait()  # NCCL: the current stream waits for the all-reduce, not the host
-            item.host = torch.empty_like(item.values, device="cpu").pin_memory()
-            item.host.copy_(item.values, non_blocking=True)
+            item.host = host = torch.empty_like(item.values, device="cpu").pin_memory()
+            host.copy_(item.values, non_blocking=True)
             item.ready = torch.cuda.Event()
             item.ready.record()
+            return host
+        return item.host
 
     def _decide(self, item: _Pending, values: list[float]) -> None:
         bad = [r for r, v in enumerate(values) if not math.isfinite(v)]
