@@ -30,6 +30,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+# torch documents its dispatch modes and pytrees in these modules (no public alias exists)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
