@@ -120,9 +120,11 @@ def _same(a: tuple, b: tuple) -> bool:
 
 @torch.no_grad()
 def _totals(task: Task, model: nn.Module, split, batches: Sequence, device: torch.device,
-            autocast: Callable, label: str | None = None) -> torch.Tensor:
+            autocast: Callable, extra: int = 0,
+            label: str | None = None) -> torch.Tensor:
     """Each metric's sum over the given index batches of ``split``, then the sample count;
-    with a ``label``, a bar on the terminal (if there is one) while it runs."""
+    ``extra`` more passes over the split's first sample whose figures are dropped; with a
+    ``label``, a bar on the terminal (if there is one) while it runs."""
     metrics = task.all_metrics()
     was_training = model.training
     model.eval()
@@ -148,6 +150,11 @@ def _totals(task: Task, model: nn.Module, split, batches: Sequence, device: torc
             done.record()
         bar.update()
     bar.close()
+    for batch in split.batches([torch.arange(1)] * extra, device, train=False):
+        once = _Once(model)
+        with autocast():  # the forward passes a counted batch makes, its figures dropped
+            for m in metrics:
+                m.fn(once, batch)
     model.train(was_training)
     return totals
 
@@ -159,15 +166,21 @@ def _means(task: Task, totals: torch.Tensor) -> dict[str, float]:
 
 def evaluate(task: Task, model: nn.Module, split, world: World, batch: int,
              autocast: Callable, samples: torch.Tensor | None = None,
-             label: str | None = None) -> dict[str, float]:
+             label: str | None = None, lockstep: bool = False) -> dict[str, float]:
     """Each metric (the loss first) over the split's ``samples`` (default: all of them), every
     one counted exactly once; ``label``: rank 0's bar on a terminal.
 
     Runs on the plain module, not the DDP wrapper: evaluation needs no gradient hooks, and ranks
-    may have different numbers of batches here (shards differ by one sample).
+    may have different numbers of batches here (shards differ by one sample). ``lockstep``:
+    forward communicates (FSDP gathers each unit's parameters in it), so a rank with fewer
+    batches makes as many forward passes as the rank with the most, on a sample of its own
+    whose figures are dropped.
     """
-    shard = eval_shard(len(split) if samples is None else samples, world.size, world.rank, batch)
-    totals = _totals(task, model, split, shard, world.device, autocast, label)
+    evaluated = len(split) if samples is None else samples
+    mine = eval_shard(evaluated, world.size, world.rank, batch)
+    most = max(len(eval_shard(evaluated, world.size, r, batch)) for r in range(world.size)) \
+        if lockstep else len(mine)
+    totals = _totals(task, model, split, mine, world.device, autocast, most - len(mine), label)
     dist.all_reduce(totals)
     return _means(task, totals)
 
@@ -193,7 +206,8 @@ def evaluate_epoch(run: Run, entry: EpochEntry, autocast: Callable) -> None:
             if line:
                 print(line, flush=True)
         figures = evaluate(task, run.strategy.local_module(), split, world, max(per_device, 256),
-                           autocast, cover.indices, SPLIT_NAMES[name] if world.is_main else None)
+                           autocast, cover.indices, SPLIT_NAMES[name] if world.is_main else None,
+                           run.strategy.evaluates_in_lockstep)
         entry.metrics.update({f"{name}_{metric}": value for metric, value in figures.items()})
         entry.evaluation[name] = cover.section()
 
