@@ -25,5 +25,8 @@ def test_the_gpu_benchmark_runs_tiny_on_the_cpu_and_prints_its_table():
     row = lines[head + 1]
     assert row.startswith("tiny (2x2x32, T 16, B 4)  eager ")
     figures = row.split("eager")[1].split()
-    assert len(figures) == 7 and all(float(f.replace(",", "").rstrip("%")) > 0 for f in figures)
+    assert len(figures) == 7
+    times_rates_ratio, mfus = figures[:4] + figures[6:], figures[4:6]
+    assert all(float(f.replace(",", "")) > 0 for f in times_rates_ratio)
+    assert all(f.endswith("%") and float(f[:-1]) >= 0 for f in mfus)  # a tiny model's: ~0%
     assert re.search(r"median of 2 alternating rounds", out.stdout)
