@@ -10,15 +10,22 @@ import pytest
 
 import parascale
 from helpers import assert_refused, one_line
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
 
 
 def field_kinds() -> dict[str, tuple[object, bool]]:
-    """Each TrainConfig field's type and whether it may be None, read here from the annotations
-    (not from the code under test)."""
+    """Each setting's type and whether it may be None, read here from the annotations of the
+    configuration's sections (not from the code under test)."""
     kinds = {}
-    for name, annotation in typing.get_type_hints(TrainConfig).items():
+    for section in typing.get_type_hints(TrainConfig).values():
+        kinds.update(_kinds(section))
+    return kinds
+
+
+def _kinds(section: type) -> dict[str, tuple[object, bool]]:
+    kinds = {}
+    for name, annotation in typing.get_type_hints(section).items():
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         union = isinstance(annotation, types.UnionType)
         optional = union and len(args) < len(typing.get_args(annotation))
@@ -43,7 +50,7 @@ def test_every_float_field_is_checked_for_being_finite():
     for name in floats:
         for bad in (math.nan, math.inf, -math.inf):
             with pytest.raises(UsageError) as exc:
-                validate(TrainConfig(**{name: bad}))
+                TrainConfig(**{name: bad}).validate()
             assert one_line(exc).startswith(f"--{name.replace('_', '-')} must be a finite number")
 
 
@@ -81,7 +88,7 @@ def test_every_field_is_type_checked_from_its_annotation():
         assert one_line(exc).startswith(f"{name} must be "), exc.value
         cfg = TrainConfig(**{name: _wrong_value(kind)})  # built directly, checked by validate
         with pytest.raises(UsageError, match=f"^{name} must be "):
-            validate(cfg)
+            cfg.validate()
 
 
 def test_api_accepts_ints_for_floats_and_lists_for_tuples():
@@ -90,7 +97,7 @@ def test_api_accepts_ints_for_floats_and_lists_for_tuples():
     assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and isinstance(cfg.timeout, float)
     assert cfg.synthetic_shape == (1, 8, 8) and cfg.lr_milestones == (2, 3)
     assert cfg.gpus == (0, 1)
-    validate(dataclasses.replace(cfg, gpus=None))
+    dataclasses.replace(cfg, gpus=None).validate()
     # what the launcher sends its workers reads back the same
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
 

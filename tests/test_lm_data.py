@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from parascale import models
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.data import text
 from parascale.errors import UsageError
 
@@ -78,9 +78,9 @@ def test_a_model_and_data_of_different_kinds_are_refused(name, shape, says):
 
 def test_a_width_that_the_heads_do_not_divide_is_refused_with_the_numbers():
     with pytest.raises(UsageError, match="--gpt-width 100 must be a multiple of --gpt-heads 3"):
-        validate(TrainConfig(model="gpt", dataset="shakespeare", gpt_width=100, gpt_heads=3))
+        TrainConfig(model="gpt", dataset="shakespeare", gpt_width=100, gpt_heads=3).validate()
     with pytest.raises(UsageError, match="--context must be a positive int"):
-        validate(TrainConfig(model="gpt", dataset="shakespeare", context=0))
+        TrainConfig(model="gpt", dataset="shakespeare", context=0).validate()
 
 
 def test_adamw_decays_matrices_and_embeddings_but_not_gains():

@@ -65,14 +65,12 @@ def test_a_warmup_in_steps_rises_from_zero_and_the_cosine_ends_at_the_floor():
 
 def test_warmup_steps_replace_warmup_epochs_and_the_floor_stays_below_the_rate():
     from parascale.batch import make_plan
-    from parascale.config import validate
-
     assert make_plan(TrainConfig(warmup_steps=7, batch_size=10), 1, 1000, 10,
                      replicas=1).warmup_steps == 7
     with pytest.raises(UsageError, match="--warmup-steps .* or --warmup-epochs, not both"):
-        validate(TrainConfig(warmup_steps=7, warmup_epochs=1))
+        TrainConfig(warmup_steps=7, warmup_epochs=1).validate()
     with pytest.raises(UsageError, match="below --lr 0.05; got 0.1"):
-        validate(TrainConfig(lr_min=0.1))
+        TrainConfig(lr_min=0.1).validate()
 
 
 @pytest.mark.parametrize("world, per_device, accumulate", [(1, 32, 1), (2, 16, 1), (4, 8, 1),
