@@ -20,14 +20,14 @@ from parascale.training.loop.sampling import epoch_order, eval_shard, train_shar
     (dict(), 3, 32, 96, 0.05),                                                 # default batch
 ])
 def test_effective_batch_and_learning_rate(cfg, n, per_device, global_batch, lr):
-    d = derive(TrainConfig(**cfg), n)
+    d = derive(TrainConfig.of(**cfg), n)
     assert (d.per_device_batch, d.global_batch) == (per_device, global_batch)
     assert d.effective_lr == pytest.approx(lr)
 
 
 def test_global_batch_that_does_not_divide_suggests_one_that_does():
     with pytest.raises(UsageError, match="does not divide by 3 workers; try 99"):
-        derive(TrainConfig(global_batch=100), 3)
+        derive(TrainConfig.of(global_batch=100), 3)
 
 
 def test_scaling_rules():
@@ -65,12 +65,12 @@ def test_a_warmup_in_steps_rises_from_zero_and_the_cosine_ends_at_the_floor():
 
 def test_warmup_steps_replace_warmup_epochs_and_the_floor_stays_below_the_rate():
     from parascale.batch import make_plan
-    assert make_plan(TrainConfig(warmup_steps=7, batch_size=10), 1, 1000, 10,
+    assert make_plan(TrainConfig.of(warmup_steps=7, batch_size=10), 1, 1000, 10,
                      replicas=1).warmup_steps == 7
     with pytest.raises(UsageError, match="--warmup-steps .* or --warmup-epochs, not both"):
-        TrainConfig(warmup_steps=7, warmup_epochs=1).validate()
+        TrainConfig.of(warmup_steps=7, warmup_epochs=1).validate()
     with pytest.raises(UsageError, match="below --lr 0.05; got 0.1"):
-        TrainConfig(lr_min=0.1).validate()
+        TrainConfig.of(lr_min=0.1).validate()
 
 
 @pytest.mark.parametrize("world, per_device, accumulate", [(1, 32, 1), (2, 16, 1), (4, 8, 1),

@@ -30,5 +30,5 @@ def test_the_api_refuses_it_too():
 def test_the_ends_of_the_range_are_taken():
     from parascale.config import TrainConfig
 
-    TrainConfig(lr=1e4).validate()
-    TrainConfig(lr=1e-10).validate()
+    TrainConfig.of(lr=1e4).validate()
+    TrainConfig.of(lr=1e-10).validate()

@@ -277,11 +277,11 @@ class _Checker:
 
         if _ELSEWHERE.get() is None or not data.elsewhere(cfg):
             return False
-        models.check(cfg.model)
-        sync.check(cfg.sync)
-        if cfg.data_dir not in self.warned:
-            self.warned.add(cfg.data_dir)
-            print(f"parascale: warning: --data-dir {cfg.data_dir} is not on this machine; the "
+        models.check(cfg.job.model)
+        sync.check(cfg.strategy.sync)
+        if cfg.data.data_dir not in self.warned:
+            self.warned.add(cfg.data.data_dir)
+            print(f"parascale: warning: --data-dir {cfg.data.data_dir} is not on this machine; the "
                   "jobs read it on the nodes (and say so if it is missing there too)",
                   file=sys.stderr, flush=True)
         return True
@@ -339,7 +339,7 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
     size = world_size_for(cfg)
     per_device = global_batch = None
     if skip is None and scaling == "strong":  # a point of the plan, skipped with the reason
-        skip = indivisible(cfg.global_batch, size, cfg.accumulate)
+        skip = indivisible(cfg.batch.global_batch, size, cfg.batch.accumulate)
     if skip is None:
         derived = derive(cfg, size, sync.strategy_of(cfg).replicas_per_device(cfg))
         per_device, global_batch = derived.per_device_batch, derived.global_batch

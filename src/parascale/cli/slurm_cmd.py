@@ -156,7 +156,7 @@ def train_script(args: argparse.Namespace):
     with devices_elsewhere():  # the GPUs are on the nodes, not necessarily here
         checked = TrainConfig.from_dict(cfg)
         validate(checked)
-        if checked.task is not None:  # a user's task: loaded and tried here, as train does
+        if checked.job.task is not None:  # a user's task: loaded and tried here, as train does
             from parascale import tasks
 
             tasks.preflight(checked)
@@ -165,7 +165,7 @@ def train_script(args: argparse.Namespace):
     check_writable_folder(cfg["out"])
     out = Path(cfg["out"])
     script = Script(name=job_name(f"ps-train-{out.name}"),
-                    what=f"parascale train {checked.task or checked.model + ' on ' + checked.dataset}, "
+                    what=f"parascale train {checked.job.task or checked.job.model + ' on ' + checked.data.dataset}, "
                     f"{cfg['workers']} worker(s); record in {out}/record.json",
                     train=[*train_flags({k: v for k, v in cfg.items() if k != "out"}),
                            "--out", str(out)],

@@ -95,10 +95,10 @@ def make_record(run: Measured) -> dict[str, Any] | None:
                             "noise_scale_se": None, "epoch": None, "steps": None,
                             "advice": None}}
     # the record's configuration: the script's own batch, length and rate, as measured
-    cfg = dataclasses.replace(run.cfg, batch_size=plan.derived.per_device_batch,
-                              global_batch=plan.derived.global_batch, epochs=len(epochs),
-                              lr=run.lr, model=run.name, dataset="script",
-                              save_model=bool(run.cfg.out))
+    cfg = run.cfg.replace(batch_size=plan.derived.per_device_batch,
+                          global_batch=plan.derived.global_batch, epochs=len(epochs),
+                          lr=run.lr, model=run.name, dataset="script",
+                          save_model=bool(run.cfg.output.out))
     kept = steady(progress, plan.steps_per_epoch, len(epochs))
     return assemble(cfg, run.world, plan, strategy, Summary(
         epochs, kept, tta, times, run.cpu.end_window(), None, continuity, task=_task(run)),

@@ -100,10 +100,10 @@ class FSDP(Strategy):
         stage = cls.settings_of(cfg).stage
         if stage not in (2, 3):
             return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
-        if cfg.clip_grad_norm is not None:
+        if cfg.optim.clip_grad_norm is not None:
             return ("--sync fsdp shards the gradients: each rank's norm is of its shard alone, "
                     "so --clip-grad-norm would clip by the wrong norm; leave it out")
-        if cfg.precision == "fp16":
+        if cfg.strategy.precision == "fp16":
             return ("--sync fsdp runs mixed precision in bf16 (fp16 would need a sharded "
                     "gradient scaler); use --precision bf16")
         return None
@@ -130,7 +130,7 @@ class FSDP(Strategy):
             raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: {why}")
         mesh = device_mesh.init_device_mesh(self.world.device.type, (n,))
         kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
-        if self.cfg.precision == "bf16":  # GPUs and CPU workers alike; the reduction stays fp32
+        if self.cfg.strategy.precision == "bf16":  # GPUs and CPU workers alike; the reduction stays fp32
             kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         try:

@@ -40,22 +40,22 @@ BUILTIN_METRICS = {LOSS: False, "accuracy": True}
 def _user(cfg) -> tuple[Task, DataBundle]:
     from parascale.tasks import load
 
-    task = load.load(cfg.task, cfg.seed)
+    task = load.load(cfg.job.task, cfg.job.seed)
     from parascale.data.split import DataBundle, hold_out  # torch: once the task is loaded
     from parascale.tasks.data import DatasetSplit
 
     if task.name == "task":
-        task.name = cfg.task
+        task.name = cfg.job.task
     bundle = DataBundle(name=task.name, train=DatasetSplit(task.train_data, task.collate),
                         test=DatasetSplit(task.eval_data, task.collate), num_classes=0,
                         input_shape=(0, 0, 0))
-    return task, hold_out(bundle, cfg.val_fraction, cfg.seed)
+    return task, hold_out(bundle, cfg.data.val_fraction, cfg.job.seed)
 
 
 def prepare(cfg) -> tuple[Task, DataBundle]:
     """The run's task and its data (validation held out): the user's, or the built-in
-    classification of ``cfg.model`` on ``cfg.dataset``."""
-    if cfg.task is None:
+    classification of ``cfg.job.model`` on ``cfg.data.dataset``."""
+    if cfg.job.task is None:
         from parascale.tasks.builtin import classification
 
         return classification(cfg)
@@ -68,15 +68,15 @@ def preflight(cfg) -> dict[str, Any]:
     from parascale.tasks import load, tryout
 
     task, bundle = _user(cfg)
-    call = load.call_of(cfg.task)
+    call = load.call_of(cfg.job.task)
     if len(bundle.train) == 0:  # the whole training set held out
-        raise UsageError(f"--val-fraction {cfg.val_fraction:g} holds out {len(bundle.val)} of "
+        raise UsageError(f"--val-fraction {cfg.data.val_fraction:g} holds out {len(bundle.val)} of "
                          f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
                          "on; give a smaller --val-fraction, or more data")
-    tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
-    traits = sync.traits_of(cfg.sync)
+    tryout.run(task, call, bundle.train, bundle.test, cfg.optim.lr)
+    traits = sync.traits_of(cfg.strategy.sync)
     if task.optimizer is not None and traits.optimizer is not None:
-        raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
+        raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.strategy.sync} cannot "
                          f"use (it {traits.optimizer_why}); leave optimizer out of the task")
     directions = {m.name: m.higher_is_better for m in task.all_metrics()}
     check_target(cfg, directions)
@@ -86,20 +86,20 @@ def preflight(cfg) -> dict[str, Any]:
 
 def directions(cfg) -> dict[str, bool]:
     """Each metric of ``cfg``'s task (the loss first) and whether higher is better."""
-    if cfg.task is None:
+    if cfg.job.task is None:
         return dict(BUILTIN_METRICS)
     from parascale.tasks import load
 
-    return {m.name: m.higher_is_better for m in load.load(cfg.task, cfg.seed).all_metrics()}
+    return {m.name: m.higher_is_better for m in load.load(cfg.job.task, cfg.job.seed).all_metrics()}
 
 
 def target_of(cfg) -> tuple[str, float] | None:
     """The metric and value of time-to-target: ``--target-metric/--target-value``, or
     ``--target-accuracy``; None without a target."""
-    if cfg.target_metric is not None:
-        return cfg.target_metric, cfg.target_value
-    if cfg.target_accuracy is not None:
-        return "accuracy", cfg.target_accuracy
+    if cfg.evaluation.target_metric is not None:
+        return cfg.evaluation.target_metric, cfg.evaluation.target_value
+    if cfg.evaluation.target_accuracy is not None:
+        return "accuracy", cfg.evaluation.target_accuracy
     return None
 
 
@@ -109,7 +109,7 @@ def check_target(cfg, directions: dict[str, bool] | None = None) -> None:
     target = target_of(cfg)
     directions = BUILTIN_METRICS if directions is None else directions
     if target is not None and target[0] not in directions:
-        given = f"--target-metric {target[0]!r}" if cfg.target_metric is not None else \
+        given = f"--target-metric {target[0]!r}" if cfg.evaluation.target_metric is not None else \
             "--target-accuracy: 'accuracy'"
         raise UsageError(f"{given} is not a metric of this task; its metrics: "
                          f"{', '.join(directions)}")

@@ -138,16 +138,16 @@ def build_optimizer(task: Task, cfg, params: Iterable[nn.Parameter]) -> torch.op
     """The task's own optimizer, or ``--optimizer`` with its settings."""
     params = list(params)
     if task.optimizer is not None:
-        return task.optimizer(params, cfg.lr)
-    if cfg.optimizer == "adamw":
+        return task.optimizer(params, cfg.optim.lr)
+    if cfg.optim.optimizer == "adamw":
         # decay the weight matrices and embeddings only, not gains and biases (GPT-2, nanoGPT)
         groups: list[dict[str, Any]] = [
             {"params": [p for p in params if p.dim() >= 2]},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr,
-                                 betas=(0.9, cfg.adam_beta2), weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.optim.lr,
+                                 betas=(0.9, cfg.optim.adam_beta2), weight_decay=cfg.optim.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                           weight_decay=cfg.optim.weight_decay)
 
 
 def samples_in(batch: Any) -> int:

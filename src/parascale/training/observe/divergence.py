@@ -136,11 +136,11 @@ def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_step
     settings = [f"epoch {epoch}" + (f" (its step {within})" if epoch > 1 else ""),
                 f"learning rate {rate:g}"]
     tries = []
-    if cfg.precision == "fp16":
+    if cfg.strategy.precision == "fp16":
         tries.append("--precision bf16 (fp16 overflows above 65504)")
-    scaled = derived.effective_lr > cfg.lr
-    if cfg.lr_scaling != "none":
-        settings[-1] += (f" ({cfg.lr_scaling} scaling of --lr {cfg.lr:g} from batch "
+    scaled = derived.effective_lr > cfg.optim.lr
+    if cfg.optim.lr_scaling != "none":
+        settings[-1] += (f" ({cfg.optim.lr_scaling} scaling of --lr {cfg.optim.lr:g} from batch "
                          f"{derived.base_batch} to {derived.global_batch} gives "
                          f"{derived.effective_lr:g})")
     if not warmup_steps:
@@ -151,17 +151,17 @@ def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_step
         settings.append(f"in warm-up (step {step} of {warmup_steps})")
         tries.append("a longer --warmup-epochs")
     else:
-        settings.append(f"after {cfg.warmup_epochs:g} warm-up epoch(s)")
-    if scaled and cfg.lr_scaling == "linear":
+        settings.append(f"after {cfg.optim.warmup_epochs:g} warm-up epoch(s)")
+    if scaled and cfg.optim.lr_scaling == "linear":
         tries.append("--lr-scaling sqrt")
-    tries.append(f"a lower --lr (now {cfg.lr:g})")
-    if cfg.momentum > 0:
-        settings.append(f"momentum {cfg.momentum:g} (steps up to {1 / (1 - cfg.momentum):.3g}x "
-                        "the rate)" if cfg.momentum < 1 else f"momentum {cfg.momentum:g}")
-        tries.append(f"a lower --momentum (now {cfg.momentum:g})")
-    if cfg.precision != "fp32":
-        settings.append(f"precision {cfg.precision}")
-    if cfg.precision == "bf16":
+    tries.append(f"a lower --lr (now {cfg.optim.lr:g})")
+    if cfg.optim.momentum > 0:
+        settings.append(f"momentum {cfg.optim.momentum:g} (steps up to {1 / (1 - cfg.optim.momentum):.3g}x "
+                        "the rate)" if cfg.optim.momentum < 1 else f"momentum {cfg.optim.momentum:g}")
+        tries.append(f"a lower --momentum (now {cfg.optim.momentum:g})")
+    if cfg.strategy.precision != "fp32":
+        settings.append(f"precision {cfg.strategy.precision}")
+    if cfg.strategy.precision == "bf16":
         tries.append("--precision fp32")
     return f"{', '.join(settings)}; try {', '.join(tries[:-1])}, or {tries[-1]}" \
         if len(tries) > 1 else f"{', '.join(settings)}; try {tries[0]}"

@@ -22,12 +22,12 @@ def time_to_target(cfg: TrainConfig, directions: Mapping[str, bool | None], entr
         return tta
     name, value = target
     higher = directions[name]
-    split = "test" if cfg.evaluate_test else "val"
+    split = "test" if cfg.evaluation.evaluate_test else "val"
     seen = entry.metrics.get(f"{split}_{name}")
     reached = seen is not None and (seen >= value if higher else seen <= value)
     # an accuracy target's record reads as it always did; readers take accuracy, higher
     named = {} if name == "accuracy" else {"metric": name, "higher_is_better": higher}
     return {"target": value, **named, "reached": reached,
-            "split": "test" if cfg.evaluate_test else "validation",
+            "split": "test" if cfg.evaluation.evaluate_test else "validation",
             "epoch": entry.epoch if reached else None,
             "elapsed_s": entry.elapsed_s if reached else None}
