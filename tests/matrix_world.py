@@ -116,7 +116,7 @@ class SharedWorld:
         if run.script is None:
             command = {"entry": "train", "config": resolved.to_dict(),
                        "plan": run.plan.to_dict() if run.plan else None}
-            if resolved.task is None:  # the data the launcher built, handed over
+            if resolved.job.task is None:  # the data the launcher built, handed over
                 env.update(data.handover_env(resolved))
         else:
             command = {"entry": "run", "script": run.script, "argv": run.argv}

@@ -55,4 +55,5 @@ def test_a_plan_counts_whole_global_batches_and_rounds_epochs_up():
     # 105 samples hold 5 whole batches of 20; 7 steps take a second, partial epoch
     assert (plan.steps_per_epoch, plan.total_steps, plan.epochs, plan.warmup_steps) == (5, 7, 2, 2)
     assert plan.record_section()["global_batch"] == 20
-    assert make_plan(TrainConfig.of(batch_size=64), 2, 100, 10, replicas=1).epochs == 0  # no step fits
+    no_step_fits = make_plan(TrainConfig.of(batch_size=64), 2, 100, 10, replicas=1)
+    assert no_step_fits.epochs == 0

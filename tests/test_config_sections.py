@@ -50,7 +50,7 @@ RECORD_FILES = sorted(RECORDS.glob("*.json")) + sorted(RECORDS.glob("bench-*/run
     (OptimConfig(adam_beta2=1.0), ["--adam-beta2", "got 1.0"]),
     (OptimConfig(optimizer="lamb"), ["--optimizer", "'lamb'"]),
     (StrategyConfig(precision="fp8"), ["--precision", "'fp8'"]),
-    (StrategyConfig(sync_options=["a"]), ["sync_options", "mapping", "['a']"]),  # type: ignore[arg-type]
+    (StrategyConfig(sync_options=["a"]), ["sync_options", "mapping", "['a']"]),
     (EvaluationConfig(target_accuracy=90.0), ["--target-accuracy", "got 90.0"]),
     (EvaluationConfig(eval_every=0), ["--eval-every", "got 0"]),
     (EvaluationConfig(stop_at_target=True), ["--stop-at-target", "--target-accuracy"]),
@@ -125,7 +125,7 @@ def test_a_config_touching_every_setting_goes_flat_and_back_unchanged():
     cfg = TrainConfig.from_dict(flat)
     default = TrainConfig()
     assert [n for n in NAMES if cfg.value(n) == default.value(n)] == []
-    assert cfg.optim.lr == 0.2 and cfg.batch.batch_size == 8 and cfg.data.synthetic_shape == (1, 8, 8)
+    assert (cfg.optim.lr, cfg.batch.batch_size, cfg.data.synthetic_shape) == (0.2, 8, (1, 8, 8))
     assert cfg.strategy.sync_options == {"period": 4}
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg

@@ -93,7 +93,8 @@ def test_every_field_is_type_checked_from_its_annotation():
 def test_api_accepts_ints_for_floats_and_lists_for_tuples():
     cfg = TrainConfig.from_dict({"lr": 1, "timeout": 30, "synthetic_shape": [1, 8, 8],
                                  "lr_milestones": [2, 3], "gpus": [0, 1]})
-    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float) and isinstance(cfg.processes.timeout, float)
+    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
+    assert isinstance(cfg.processes.timeout, float)
     assert cfg.data.synthetic_shape == (1, 8, 8) and cfg.optim.lr_milestones == (2, 3)
     assert cfg.processes.gpus == (0, 1)
     cfg.replace(gpus=None).validate()

@@ -46,7 +46,8 @@ def handed(cfg, monkeypatch):
 
 @pytest.mark.parametrize("cfg", [
     TrainConfig.of(dataset="digits", image_size=12, augment=True),
-    TrainConfig.of(dataset="synthetic", synthetic_size=40, synthetic_shape=(3, 8, 8), num_classes=4),
+    TrainConfig.of(dataset="synthetic", synthetic_size=40, synthetic_shape=(3, 8, 8),
+                   num_classes=4),
 ], ids=["digits", "synthetic"])
 def test_workers_get_the_batches_they_would_have_built(cfg, monkeypatch):
     facts = data.prepare(cfg, keep=True)
@@ -96,7 +97,8 @@ def test_not_kept_under_an_external_launcher(tmp_path):
 def test_data_read_sample_by_sample_is_not_handed_over(tmp_path):
     from parascale.data import folder
 
-    assert handover.key(TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path)), folder) is None
+    cfg = TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path))
+    assert handover.key(cfg, folder) is None
 
 
 def test_the_file_is_whole_or_absent(tmp_path):

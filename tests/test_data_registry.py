@@ -95,7 +95,7 @@ def test_synthetic_sizes_labels_and_determinism():
     assert abs(x.mean().item()) < 0.2
     again = everything(data.build(cfg).train)
     other = everything(data.build(TrainConfig.of(**{**cfg.to_dict(), "seed": 5,
-                                                  "synthetic_shape": (2, 5, 7)})).train)
+                                                    "synthetic_shape": (2, 5, 7)})).train)
     assert torch.equal(x, again[0]) and torch.equal(y, again[1])
     assert not torch.equal(x, other[0])
 

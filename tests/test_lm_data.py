@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from parascale import models
-from parascale.config import TrainConfig
+from parascale.config import OptimConfig, TrainConfig
 from parascale.data import text
 from parascale.errors import UsageError
 
@@ -88,8 +88,8 @@ def test_adamw_decays_matrices_and_embeddings_but_not_gains():
 
     model = _gpt()
     task = Task(train_data=[], eval_data=[], model=lambda: model, loss=lambda m, b: 0)
-    optimizer = build_optimizer(task, TrainConfig.of(optimizer="adamw", weight_decay=0.1,
-                                                     adam_beta2=0.99), model.parameters())
+    optimizer = build_optimizer(task, OptimConfig(optimizer="adamw", weight_decay=0.1,
+                                                  adam_beta2=0.99), model.parameters())
     decayed, kept = optimizer.param_groups
     assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0
     assert decayed["betas"] == (0.9, 0.99)

@@ -45,7 +45,7 @@ def test_the_strategys_helper_processes_count_against_the_cores(flock):
     cfg = TrainConfig.of(sync="flock", batch_size=1, workers=workers, threads=1, **SMALL)
     with pytest.raises(UsageError, match=f"^{4 * cores + 1} CPU threads"):
         preflight(cfg, workers)
-    preflight(TrainConfig.of(**{**cfg.__dict__, "sync": "allreduce"}), workers)
+    preflight(cfg.replace(sync="allreduce"), workers)
 
 
 def test_the_built_in_strategies_answer_as_before():
@@ -56,7 +56,8 @@ def test_the_built_in_strategies_answer_as_before():
     assert sync.strategy_of(auto).replicas_per_device(auto) == 1  # until it is decided
     ps = TrainConfig.from_dict(dict(sync="parameter-server", ps_servers=2))
     assert sync.strategy_of(ps).helper_processes(ps) == 2
-    for cfg in (TrainConfig(), TrainConfig.from_dict(dict(sync="none", learners=4)), TrainConfig.of(sync="nope")):
+    for cfg in (TrainConfig(), TrainConfig.from_dict(dict(sync="none", learners=4)),
+                TrainConfig.of(sync="nope")):
         kind = sync.strategy_of(cfg)
         assert (kind.helper_processes(cfg), kind.replicas_per_device(cfg),
                 kind.resolves_before_training(cfg)) == (0, 1, False)

@@ -54,7 +54,8 @@ def refusal(**options) -> str:
 
 def test_a_registered_strategy_takes_its_option_from_the_command_line(gossip):
     cfg = parse(["--sync", "gossip", "--sync-option", "fanout=4"])
-    assert cfg.strategy.sync_options == {"fanout": 4, "topology": "ring"}  # settled: every option named
+    # settled: every option named
+    assert cfg.strategy.sync_options == {"fanout": 4, "topology": "ring"}
     assert sync.options()["fanout"][1] == ["gossip"]
     assert Gossip(cfg, world=None).options() == {"fanout": 4, "topology": "ring"}  # the record
 
@@ -203,7 +204,8 @@ def test_a_strategy_of_ones_own_by_its_module_and_class():
     cfg = TrainConfig.of(sync="toy_strategy:Toy", sync_options={"pieces": 2})
     try:
         validate(cfg)
-        assert (cfg.strategy.sync, cfg.strategy.sync_options) == ("toy", {"pieces": 2})  # the record's name
+        # the record's name
+        assert (cfg.strategy.sync, cfg.strategy.sync_options) == ("toy", {"pieces": 2})
     finally:
         sync.unregister("toy")
     with pytest.raises(UsageError, match="^--sync 'no_such_module:Toy': module 'no_such_module' "
@@ -233,7 +235,7 @@ def test_a_settled_configuration_validates_again_as_it_is():
         assert TrainConfig.of(sync="needing").strategy.sync_options == {}
         settled = TrainConfig.of(sync="needing")
         validate(settled)
-        assert settled.sync_options == {"spread": "ring", "degree": 2}
+        assert settled.strategy.sync_options == {"spread": "ring", "degree": 2}
     finally:
         sync.unregister("needing")
 

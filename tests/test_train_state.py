@@ -83,8 +83,7 @@ def test_a_strategy_decides_nothing_before_training_unless_it_says_so():
 def test_sma_keeps_a_resumed_runs_tuned_count_without_tuning_again():
     cfg = TrainConfig.of(sync="sma", sync_options={"learners": "auto"})
     assert SMA.resolves_before_training(cfg)
-    assert not SMA.resolves_before_training(cfg.replace(
-                                                        sync_options={"learners": 3}))
+    assert not SMA.resolves_before_training(cfg.replace(sync_options={"learners": 3}))
 
     def never():
         raise AssertionError("a resumed run must not tune again")

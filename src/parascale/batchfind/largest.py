@@ -12,8 +12,9 @@ def largest(cfg, gpu: int | None, budget: int | None, max_batch: int, why: str =
     """Search ``cfg``'s model and data (already checked) on GPU ``gpu`` or on the CPU within
     ``budget``, printing each probe; (the search, the device, the limit). ``share``: the
     workers the training set is split between (each one's batch must fit its share).
-    ``workers``: each probe trains on that many workers with ``cfg.strategy.sync`` (and ``cfg.processes.gpus``),
-    so the batch is the one that fits that strategy's memory layout (:mod:`.sharded`)."""
+    ``workers``: each probe trains on that many workers with ``cfg.strategy.sync`` (and
+    ``cfg.processes.gpus``), so the batch is the one that fits that strategy's memory layout
+    (:mod:`.sharded`)."""
     from parascale import batchfind, sync
     from parascale.batchfind.sharded import probe_by_training
 
@@ -53,7 +54,8 @@ def _task(cfg) -> tuple[dict, str, int]:
     from parascale import tasks
 
     facts = tasks.preflight(cfg)
-    return {"task": cfg.job.task, "seed": cfg.job.seed}, f"{cfg.job.task} on its own data", facts["train"]
+    job = cfg.job
+    return {"task": job.task, "seed": job.seed}, f"{job.task} on its own data", facts["train"]
 
 
 def show(probe) -> None:

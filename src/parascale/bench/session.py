@@ -140,8 +140,8 @@ def largest_batch(options: dict[str, Any]) -> int:
                           f" (half the memory free now, over {available_cores()} workers)",
                           share=workers)
     if found.best is None:
-        raise UsageError(f"batch_size max: not even a batch of 1 of {cfg.job.task or cfg.job.model} "
-                         "fits")
+        raise UsageError(f"batch_size max: not even a batch of 1 of "
+                         f"{cfg.job.task or cfg.job.model} fits")
     return found.best.batch
 
 

@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus is not None:
         from parascale.runtime import resolve_device_type
 
-        resolve_device_type(cfg.processes.device, cfg.processes.gpus, "leave out --gpus to search on the CPU "
-                            "(--memory-limit sets its budget)")
+        resolve_device_type(cfg.processes.device, cfg.processes.gpus, "leave out --gpus to "
+                            "search on the CPU (--memory-limit sets its budget)")
     if args.out:
         _check_out(args.out)
     share = workers or 1
@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         what: dict[str, Any] = {"task": cfg.job.task} if cfg.job.task else \
             {"model": cfg.job.model, "dataset": cfg.data.dataset}
         if workers is not None:
-            what.update(sync=cfg.strategy.sync, sync_options=cfg.strategy.sync_options, workers=workers)
+            what.update(sync=cfg.strategy.sync, sync_options=cfg.strategy.sync_options,
+                        workers=workers)
         result = {**what, "device": device,
                   "budget_bytes": budget, "batch": best.batch, "peak_bytes": best.peak_bytes,
                   "limit": limit, "probes": [p.__dict__ for p in found.probes], "table": table}

@@ -57,7 +57,8 @@ def names() -> list[str]:
 
 def _module(cfg: TrainConfig):
     if cfg.data.dataset not in _REGISTRY:
-        raise UsageError(f"unknown dataset {cfg.data.dataset!r}; valid datasets: {', '.join(names())}")
+        raise UsageError(f"unknown dataset {cfg.data.dataset!r}; valid datasets: "
+                         f"{', '.join(names())}")
     return importlib.import_module(f"parascale.data.{_REGISTRY[cfg.data.dataset]}")
 
 
@@ -86,7 +87,8 @@ def build(cfg: TrainConfig) -> DataBundle:
     from parascale.data.split import hold_out
 
     loader = _module(cfg)
-    return hold_out(handover.take(cfg, loader) or loader.build(cfg), cfg.data.val_fraction, cfg.job.seed)
+    return hold_out(handover.take(cfg, loader) or loader.build(cfg), cfg.data.val_fraction,
+                    cfg.job.seed)
 
 
 def prepare(cfg: TrainConfig, keep: bool = False) -> dict:

@@ -108,7 +108,8 @@ def _digits(cfg: TrainConfig) -> DataBundle:
     size = cfg.data.image_size
     return DataBundle(
         name="digits",
-        train=TensorSplit(x[train_idx], y[train_idx], [mean], [std], augment=cfg.data.augment, **split),
+        train=TensorSplit(x[train_idx], y[train_idx], [mean], [std], augment=cfg.data.augment,
+                          **split),
         test=TensorSplit(x[test_idx], y[test_idx], [mean], [std], **split),
         num_classes=10,
         input_shape=(1, size, size) if size else (1, 8, 8),

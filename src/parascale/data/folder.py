@@ -243,7 +243,8 @@ class FolderSplit(Split):
 def _datasets(cfg: TrainConfig, layout: Layout) -> tuple[ImageFolder, ImageFolder]:
     from torchvision import transforms
 
-    steps = [transforms.Resize((cfg.data.image_size, cfg.data.image_size))] if cfg.data.image_size else []
+    size = cfg.data.image_size
+    steps = [transforms.Resize((size, size))] if size else []
     transform = transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
     folder = _known_classes_folder()
     try:

@@ -145,9 +145,9 @@ def _split(cfg: TrainConfig, spec: VisionSpec, *, train: bool) -> TensorSplit:
     x = x.contiguous()  # one layout for fast index_select
     labels_ok = len(y) == 0 or (int(y.min()) >= 0 and int(y.max()) < 10)
     if x.shape[1:] != spec.shape or len(y) != len(x) or not labels_ok:
-        raise UsageError(f"{cfg.data.dataset}: files in {Path(cfg.data.data_dir) / spec.folder} hold "
-                         f"{len(x)} samples of shape {tuple(x.shape[1:])} with {len(y)} labels; "
-                         f"expected shape {spec.shape} and labels 0..9 for each sample")
+        raise UsageError(f"{cfg.data.dataset}: files in {Path(cfg.data.data_dir) / spec.folder} "
+                         f"hold {len(x)} samples of shape {tuple(x.shape[1:])} with {len(y)} "
+                         f"labels; expected shape {spec.shape} and labels 0..9 for each sample")
     return TensorSplit(x, y, spec.mean, spec.std, scale=1 / 255, image_size=cfg.data.image_size,
                        augment=cfg.data.augment and train)
 

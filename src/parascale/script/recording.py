@@ -59,7 +59,7 @@ def _task(run: Measured) -> dict[str, Any]:
 def _time_to_target(run: Measured) -> dict[str, Any] | None:
     """The record's ``time_to_accuracy`` over the epochs the script logged; a target on a
     metric it never logged is never reached, and rank 0 says why."""
-    target = tasks.target_of(run.cfg)
+    target = tasks.target_of(run.cfg.evaluation)
     if target is None:
         return None
     if target[0] not in run.directions:
@@ -71,7 +71,7 @@ def _time_to_target(run: Measured) -> dict[str, Any] | None:
     tta = None
     directions = _metrics(run)
     for entry in run.progress.epochs:
-        tta = time_to_target(run.cfg, directions, entry, tta)
+        tta = time_to_target(run.cfg.evaluation, directions, entry, tta)
     return tta
 
 

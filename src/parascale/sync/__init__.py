@@ -14,14 +14,13 @@ travels in ``contract.STRATEGIES``), or ``--sync package.module:Class``.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from parascale.config import TrainConfig
+from parascale.config import NAMES, TrainConfig
 from parascale import safejson
 from parascale.errors import UsageError
 from parascale.runtime import contract
@@ -59,10 +58,9 @@ def register(cls: type[Strategy]) -> type[Strategy]:
         raise ValueError(f"a strategy named {cls.name!r} is registered already")
     if not isinstance(cls.traits, Traits) or not issubclass(cls.Settings, Settings):
         raise TypeError(f"{cls.__name__}: traits is a sync.Traits, Settings a sync.Settings")
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
     declared = options()
     for opt in cls.Settings.declared():
-        if opt.name in fields:
+        if opt.name in NAMES:
             raise TypeError(f"{cls.__name__} option {opt.name!r} is a TrainConfig field")
         other = declared.get(opt.name, (opt, []))[0]
         if (other.kind, other.default, other.flag) != (opt.kind, opt.default, opt.flag):
@@ -236,12 +234,12 @@ def _optimizer_refusal(cls: type[Strategy], cfg: TrainConfig) -> str | None:
     wanted = cls.traits.optimizer
     if wanted is None or cfg.optim.optimizer == wanted:
         return None
-    return f"--sync {cls.name} {cls.traits.optimizer_why}; leave out --optimizer {cfg.optim.optimizer}"
+    return (f"--sync {cls.name} {cls.traits.optimizer_why}; leave out --optimizer "
+            f"{cfg.optim.optimizer}")
 
 
 def _unknown(keys: list[str], declared: Mapping[str, Any]) -> str:
-    fields = [f.name for f in dataclasses.fields(TrainConfig)]
-    close = difflib.get_close_matches(keys[0], [*fields, *declared], n=1, cutoff=0.75)
+    close = difflib.get_close_matches(keys[0], [*NAMES, *declared], n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else \
         f" (the strategies' options: {', '.join(declared)})"
     return f"unknown training option(s) {', '.join(keys)}{hint}"

@@ -130,7 +130,7 @@ class FSDP(Strategy):
             raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: {why}")
         mesh = device_mesh.init_device_mesh(self.world.device.type, (n,))
         kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
-        if self.cfg.strategy.precision == "bf16":  # GPUs and CPU workers alike; the reduction stays fp32
+        if self.cfg.strategy.precision == "bf16":  # GPUs and CPU workers; the reduction in fp32
             kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         try:

@@ -211,23 +211,24 @@ class ParameterServer(Strategy):
         self.headers = [torch.zeros(proto.HEADER_SIZE, dtype=torch.float64) for _ in range(k)]
         self.replies = [torch.zeros(1, dtype=torch.float64) for _ in range(k)]
         self.servers: ServerProcesses | None = None
-        timeout = datetime.timedelta(seconds=cfg.processes.timeout)
+        seconds = cfg.processes.timeout  # a collective's, and the servers' start-up's
+        timeout = datetime.timedelta(seconds=seconds)
 
         # rank 0 hosts the group's store and starts the servers; the others learn the port
         host = LOOPBACK if world.launcher == "local" else \
             os.environ.get("MASTER_ADDR") or world.host
         address: list[Any] = [host, 0]
         if world.is_main:
-            store = open_store(host=host, timeout_s=cfg.processes.timeout)
+            store = open_store(host=host, timeout_s=seconds)
             address = [store.host, store.port]  # the host may be replaced by a local address
         dist.broadcast_object_list(address, src=0)
         if world.is_main:
             self.servers = ServerProcesses([
-                proto.Spec(store.host, store.port, s, n, k, a, b, settings.ps_mode, cfg.processes.timeout,
+                proto.Spec(store.host, store.port, s, n, k, a, b, settings.ps_mode, seconds,
                            os.getpid(), str(self.flat.dtype).removeprefix("torch."),
                            settings.compression)
                 for s, (a, b) in enumerate(self.bounds)])
-            self.servers.wait_ready(store, cfg.processes.timeout)
+            self.servers.wait_ready(store, seconds)
             self.servers.watch()
         else:
             store = dist.TCPStore(address[0], address[1], is_master=False, timeout=timeout)

@@ -83,7 +83,8 @@ def measure(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn
             learners: int, kind: type[Strategy]) -> float:
     """Samples per second of the whole world training with ``learners`` per device under
     ``kind`` (SMA, which passes itself: this module does not import it back)."""
-    strategy = kind(cfg.replace(sync_options={**cfg.strategy.sync_options, "learners": learners}), world)
+    strategy = kind(cfg.replace(sync_options={**cfg.strategy.sync_options,
+                                              "learners": learners}), world)
     net = strategy.wrap(build_model())
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
                                 weight_decay=cfg.optim.weight_decay)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parascale.config import OPTIMIZERS
+from parascale.config import OPTIMIZERS, EvaluationConfig
 from parascale.errors import UsageError
 from parascale.tasks.base import (LOSS, NAME_CHARACTERS, Metric, Task, build_optimizer, check_name,
                                    name_problem, samples_in)
@@ -70,14 +70,15 @@ def preflight(cfg) -> dict[str, Any]:
     task, bundle = _user(cfg)
     call = load.call_of(cfg.job.task)
     if len(bundle.train) == 0:  # the whole training set held out
-        raise UsageError(f"--val-fraction {cfg.data.val_fraction:g} holds out {len(bundle.val)} of "
-                         f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
+        raise UsageError(f"--val-fraction {cfg.data.val_fraction:g} holds out {len(bundle.val)} "
+                         f"of the {len(bundle.val)} samples of train_data, which leaves 0 to train "
                          "on; give a smaller --val-fraction, or more data")
     tryout.run(task, call, bundle.train, bundle.test, cfg.optim.lr)
     traits = sync.traits_of(cfg.strategy.sync)
     if task.optimizer is not None and traits.optimizer is not None:
-        raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.strategy.sync} cannot "
-                         f"use (it {traits.optimizer_why}); leave optimizer out of the task")
+        raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.strategy.sync} "
+                         f"cannot use (it {traits.optimizer_why}); leave optimizer out of the "
+                         "task")
     directions = {m.name: m.higher_is_better for m in task.all_metrics()}
     check_target(cfg, directions)
     return {"train": len(bundle.train), "test": len(bundle.test),
@@ -90,26 +91,27 @@ def directions(cfg) -> dict[str, bool]:
         return dict(BUILTIN_METRICS)
     from parascale.tasks import load
 
-    return {m.name: m.higher_is_better for m in load.load(cfg.job.task, cfg.job.seed).all_metrics()}
+    task = load.load(cfg.job.task, cfg.job.seed)
+    return {m.name: m.higher_is_better for m in task.all_metrics()}
 
 
-def target_of(cfg) -> tuple[str, float] | None:
+def target_of(evaluation: EvaluationConfig) -> tuple[str, float] | None:
     """The metric and value of time-to-target: ``--target-metric/--target-value``, or
     ``--target-accuracy``; None without a target."""
-    if cfg.evaluation.target_metric is not None:
-        return cfg.evaluation.target_metric, cfg.evaluation.target_value
-    if cfg.evaluation.target_accuracy is not None:
-        return "accuracy", cfg.evaluation.target_accuracy
+    if evaluation.target_metric is not None:
+        return evaluation.target_metric, evaluation.target_value
+    if evaluation.target_accuracy is not None:
+        return "accuracy", evaluation.target_accuracy
     return None
 
 
 def check_target(cfg, directions: dict[str, bool] | None = None) -> None:
     """A target must name a metric the task has (``directions``: name -> higher is better;
     default the built-in family's)."""
-    target = target_of(cfg)
+    target = target_of(cfg.evaluation)
     directions = BUILTIN_METRICS if directions is None else directions
     if target is not None and target[0] not in directions:
-        given = f"--target-metric {target[0]!r}" if cfg.evaluation.target_metric is not None else \
-            "--target-accuracy: 'accuracy'"
+        given = f"--target-metric {target[0]!r}" if cfg.evaluation.target_metric is not None \
+            else "--target-accuracy: 'accuracy'"
         raise UsageError(f"{given} is not a metric of this task; its metrics: "
                          f"{', '.join(directions)}")

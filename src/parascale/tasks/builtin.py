@@ -27,7 +27,7 @@ def accuracy(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torc
 
 
 def classification(cfg, bundle: DataBundle | None = None) -> tuple[Task, DataBundle]:
-    """The task of ``cfg.job.model`` on ``cfg.data.dataset``, and its data (built unless given)."""
+    """The task of the model on the dataset, and its data (built unless given)."""
     bundle = bundle if bundle is not None else data.build(cfg)
 
     def model() -> nn.Module:
@@ -37,6 +37,7 @@ def classification(cfg, bundle: DataBundle | None = None) -> tuple[Task, DataBun
     # a text dataset's samples are T tokens each (--model gpt --dataset shakespeare)
     tokens = data.tokens_per_sample(cfg)
     task = Task(train_data=bundle.train, eval_data=bundle.test, model=model, loss=cross_entropy,
-                metrics=[Metric("accuracy", accuracy, True)], name=f"{cfg.job.model} on {cfg.data.dataset}",
+                metrics=[Metric("accuracy", accuracy, True)],
+                name=f"{cfg.job.model} on {cfg.data.dataset}",
                 unit="tokens" if tokens else "samples", units_per_sample=float(tokens or 1))
     return task, bundle

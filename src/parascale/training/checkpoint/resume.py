@@ -101,12 +101,13 @@ def refuse_fresh_start(cfg: TrainConfig) -> None:
     not would set its results beside checkpoints that are not its own, which a later --resume
     would continue, replacing them; and an interrupted run's checkpoints are all it has, so a
     fresh run there has most likely forgotten --resume."""
-    if not cfg.output.out or cfg.checkpoint.resume or env.restarted_by_torchrun():  # no --out: nothing is kept
+    out = cfg.output.out
+    if not out or cfg.checkpoint.resume or env.restarted_by_torchrun():  # no --out: none kept
         return
-    folder = checkpoint.folder_of(cfg.output.out)
+    folder = checkpoint.folder_of(out)
     present = checkpoint.listing(folder)
     if present:
-        raise UsageError(f"--out {cfg.output.out} holds checkpoints of an earlier run (the newest at "
+        raise UsageError(f"--out {out} holds checkpoints of an earlier run (the newest at "
                          f"step {present[-1].step}); continue it with --resume, or remove "
                          f"{folder} to start afresh")
 
@@ -115,17 +116,18 @@ def check_folder(cfg: TrainConfig) -> None:
     """A run that keeps checkpoints (and its log beside them) needs DIR/checkpoints to be a
     folder it can write, holding nothing in the way of its files: checked before any worker
     starts, one line, rather than an OSError in rank 0 at its first checkpoint."""
-    if not cfg.output.out or not checkpointing(cfg):
+    out = cfg.output.out
+    if not out or not checkpointing(cfg):
         return
-    folder = checkpoint.folder_of(cfg.output.out)
+    folder = checkpoint.folder_of(out)
     if os.path.lexists(folder) and not folder.is_dir():
-        raise UsageError(f"--out {cfg.output.out}: {folder} is not a folder, and the run's checkpoints "
+        raise UsageError(f"--out {out}: {folder} is not a folder, and the run's checkpoints "
                          "live in a folder of that name; move it away or choose another --out")
     check_writable_folder(folder, "the checkpoints folder")
     for path in checkpoint.in_the_way(folder):
         what = "not a folder" if path.suffix == "" and path.name.startswith("step-") else \
             "a folder" if path.is_dir() else "not a regular file"
-        raise UsageError(f"--out {cfg.output.out}: {path} is {what}, where the run writes its "
+        raise UsageError(f"--out {out}: {path} is {what}, where the run writes its "
                          f"{'log' if path.name == checkpoint.LOG_NAME else 'checkpoints'}; "
                          "remove it or choose another --out")
 

@@ -86,6 +86,6 @@ class CheckpointWriter:
 
     def summary(self) -> dict[str, Any]:
         """The record's ``checkpoints`` section (docs/record.md), this attempt's writes."""
-        return {"every": self.cfg.checkpoint.checkpoint_every, "unit": self.unit, "keep": self.keep,
-                "folder": str(self.folder), "written": self.written,
+        return {"every": self.cfg.checkpoint.checkpoint_every, "unit": self.unit,
+                "keep": self.keep, "folder": str(self.folder), "written": self.written,
                 "write_s": self.write_s, "last": self.last, "last_bytes": self.bytes}

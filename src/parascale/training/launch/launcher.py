@@ -67,7 +67,7 @@ def launch_job(job: Job, since: tuple[str, float]) -> dict[str, Any]:
     replace those in --out only when the run has its own
     (:func:`parascale.runtime.staging.produce`). ``since``: what the command's timing counts
     from (a label and a ``time.time()``)."""
-    store = open_store(job.cfg.processes.port)  # a busy --port is refused before anything is written
+    store = open_store(job.cfg.processes.port)  # a busy --port: refused before anything is written
     return produce(job.cfg.output.out, "parascale-run-",
                    lambda folder: _run_job(job, store, folder, since), rec.RECORD_NAME,
                    rec.dumps, companions=job.companions)
@@ -134,16 +134,16 @@ def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[st
                     log.line(line)
             print(f"parascale: starting {job.starting}...", flush=True)
             outcome = launch(job.worker, size, env, threads=threads_per_worker(cfg, size),
-                             store=store, max_restarts=cfg.checkpoint.max_restarts, restart=next_attempt,
-                             cap=job.memory_cap)
+                             store=store, max_restarts=cfg.checkpoint.max_restarts,
+                             restart=next_attempt, cap=job.memory_cap)
     except BaseException:  # interrupted: the log said so, and stays where it is
         if log:
             log.close()
         raise
     written = folder / rec.RECORD_NAME
     if outcome.status == "ok" and written.exists():
-        record = runrecord.launched(json.loads(written.read_text()), out=cfg.output.out, since=since,
-                                    restarts=restarts)
+        record = runrecord.launched(json.loads(written.read_text()), out=cfg.output.out,
+                                    since=since, restarts=restarts)
     else:
         (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
         record = runrecord.failed(

@@ -103,8 +103,9 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
 def _user_task(cfg: TrainConfig, memo: dict) -> dict[str, Any]:
     """A user's task loaded, checked and tried on two samples, once per configuration of the
     things it depends on (a study checks many configurations of one task)."""
-    key = json.dumps(["task", cfg.job.task, cfg.job.seed, cfg.data.val_fraction, cfg.evaluation.target_metric,
-                      cfg.evaluation.target_accuracy, cfg.strategy.sync])
+    key = json.dumps(["task", cfg.job.task, cfg.job.seed, cfg.data.val_fraction,
+                      cfg.evaluation.target_metric, cfg.evaluation.target_accuracy,
+                      cfg.strategy.sync])
     if key not in memo:
         memo[key] = tasks.preflight(cfg)
     return memo[key]
@@ -119,8 +120,8 @@ def _batch_too_large(cfg: TrainConfig, plan: Plan, size: int) -> str:
         fits = n // (size * micro) * size * micro
         advice = f"use --global-batch {fits} or less" if fits else \
             f"use at most {n // micro} workers"
-        return f"the global batch {cfg.batch.global_batch} is larger than the {n} training samples " \
-            f"of {name}; {advice}"
+        return f"the global batch {cfg.batch.global_batch} is larger than the {n} training " \
+            f"samples of {name}; {advice}"
     accumulation = f" x {micro} accumulation steps" if micro > 1 else ""
     options = []
     if n // (per_device * micro):

@@ -74,9 +74,9 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     measured = flops.measure(cfg, world, plan.derived.per_device_batch, bundle.train, model,
                              task.loss)
     net = strategy.wrap(model)
-    optimizer = strategy.wrap_optimizer(tasks.build_optimizer(task, cfg, net.parameters()))
-    scaler = torch.amp.GradScaler("cuda") if cfg.strategy.precision == "fp16" and device.type == "cuda" \
-        else None
+    optimizer = strategy.wrap_optimizer(tasks.build_optimizer(task, cfg.optim, net.parameters()))
+    scaler = torch.amp.GradScaler("cuda") \
+        if cfg.strategy.precision == "fp16" and device.type == "cuda" else None
     if world.is_main:
         banner(cfg, world, plan, bundle, task)
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
@@ -94,7 +94,8 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
               tensorboard=open_tensorboard(cfg.output.tensorboard, world.is_main))
     interval = checkpoint_interval(cfg.checkpoint.checkpoint_every)
     if interval is not None and folder is not None:
-        run.checkpoints = CheckpointWriter(interval, folder, cfg.checkpoint.keep, original, world, plan)
+        run.checkpoints = CheckpointWriter(interval, folder, cfg.checkpoint.keep, original, world,
+                                           plan)
     if resumed is not None:
         _continue(run, *resumed)
     cpu.start_window()

@@ -41,7 +41,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
              summary: Summary, memory: MemorySplit | None = None,
              script: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Collective: every rank must call it. Rank 0 builds the record (:mod:`parascale.runrecord`),
-    writes model.pt (with ``cfg.output.save_model``) and record.json into ``cfg.output.out``, and returns the
+    writes model.pt (with ``--save-model``) and record.json into ``--out``, and returns the
     record as written; None on other ranks.
 
     ``summary`` (training/record/summary.py) is this rank's: its epoch entries (every rank's figures
@@ -92,12 +92,13 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
         flops=_flops(summary.flops, cfg, world, plan, steady["steady_throughput"]),
         summary=runrecord.RunSummary(times.setup_s, times.total_s, steady),
         search=summary.search, script=script).to_dict()
-    if cfg.output.out:
-        if cfg.output.save_model:
+    output = cfg.output
+    if output.out:
+        if output.save_model:
             buffer = io.BytesIO()
             torch.save(strategy.model_state_dict(), buffer)
-            atomic_write_bytes(Path(cfg.output.out, rec.MODEL_NAME), buffer.getvalue())
-        rec.write(cfg.output.out, record)
+            atomic_write_bytes(Path(output.out, rec.MODEL_NAME), buffer.getvalue())
+        rec.write(output.out, record)
     return safejson.finite(record)
 
 
