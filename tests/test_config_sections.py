@@ -145,7 +145,7 @@ def test_of_and_replace_name_settings_flat_and_copy_every_section():
     assert all(a is not b for a, b in zip(cfg.sections(), other.sections()))
     settled = sync.settled(cfg)  # settling a copy in place leaves the original as it was
     assert cfg.strategy.sync is None and settled.strategy.sync is not None
-    with pytest.raises(TypeError, match="no setting 'lrr'"):
+    with pytest.raises(TypeError, match="no setting 'lrr'; did you mean lr"):
         TrainConfig.of(lrr=0.1)
     with pytest.raises(TypeError, match="no setting 'optim'"):
         cfg.replace(optim=OptimConfig())

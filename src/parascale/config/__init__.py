@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import typing
 from dataclasses import dataclass, field, fields
@@ -89,8 +90,9 @@ class TrainConfig:
         parts: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
         for name, value in changes.items():
             if name not in SECTION_OF:
-                raise TypeError(f"TrainConfig has no setting {name!r} (the settings: "
-                                f"{', '.join(NAMES)})")
+                close = difflib.get_close_matches(name, NAMES, n=1)
+                raise TypeError(f"TrainConfig has no setting {name!r}"
+                                + (f"; did you mean {close[0]}?" if close else ""))
             parts[SECTION_OF[name]][name] = value
         return TrainConfig(
             job=dataclasses.replace(self.job, **parts["job"]),
