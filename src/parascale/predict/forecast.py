@@ -47,11 +47,7 @@ class Options:
 
 def validate(opts: Options) -> None:
     """Every option checked before anything is read: one line each."""
-    if not opts.workers or any(not 1 <= n <= limits.MAX_COUNT for n in opts.workers):
-        shown = ",".join(map(str, opts.workers))
-        shown = shown if len(shown) <= 40 else shown[:40] + "…"
-        raise UsageError(f"--workers {shown or '(empty)'}: worker counts must be positive "
-                         f"integers up to {limits.MAX_COUNT:,}, e.g. 1,2,4,8")
+    limits.workers(opts.workers)
     for name in ("gpus_per_node", "ps_servers", "period", "batch_size"):
         limits.option(name.replace("_", "-"), getattr(opts, name), 1, limits.MAX_COUNT,
                       "a whole number")
