@@ -53,6 +53,18 @@ def test_a_task_record_names_no_built_in_model_and_reads_as_its_task(tmp_path, c
     assert "lm:task" in text and "smallcnn" not in text
 
 
+def test_a_tokens_tasks_sentences_speak_its_unit_as_its_tables_do(tmp_path, capsys):
+    """One unit throughout, the task's: the sentence under the table said samples/s where the
+    table said tokens/s."""
+    lone = tokens_record(2, 116.0)
+    lone["study"]["scaling"] = None  # the formula's note names the unit too
+    study = write_study(tmp_path / "study", [lone])
+    assert main(["report", str(study), "--out", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert "only 2 workers measured (14,848 tokens/s)" in text  # 116 x 128
+    assert "samples/s" not in text
+
+
 def test_an_image_record_without_a_task_section_reads_as_before(tmp_path):
     records = [record(1, 100.0), record(2, 190.0)]
     assert all("task" not in r for r in records)
