@@ -91,7 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                       help="per-device batch for weak scaling (default: the records')")
     what.add_argument("--global-batch", type=ascii_int, metavar="B",
                       help="global batch for strong scaling (default: the study's strong "
-                           "runs', else the per-device batch)")
+                           "runs', else the global batch the records at the smallest N "
+                           "trained with)")
     what.add_argument("--model", metavar="NAME",
                       help="the model to predict when the records hold several")
     given = parser.add_argument_group("figures given by hand (reported as given or assumed)")

@@ -189,7 +189,7 @@ def predict(opts: Options) -> Prediction:
         sorted({r.scaling for r in records if r.scaling in MODES}) or list(MODES)
     strong_batch = opts.global_batch or next(
         (r.get("derived", "global_batch") for r in records if r.scaling == "strong"), None) \
-        or batch
+        or _own_global_batch(refs) or batch
     if strategy.every == 1 and strategy.name != costs.TREE.name:
         from parascale import sync
 
@@ -221,6 +221,17 @@ def predict(opts: Options) -> Prediction:
     measured = [c for c in checks(records, model) if c.mode in curves]
     return Prediction(subject, model, curves, measured, notes,
                       [str(s) for s in opts.sources], utilisation.from_records(records))
+
+
+def _own_global_batch(refs: list[calibrate.Phases]) -> int | None:
+    """The global batch the reference runs trained with (the largest, if they differ): what
+    strong scaling keeps when no record ran strong scaling. A single run of 2 workers at 32 a
+    device keeps its 64 (a 1-worker reference's is its per-device batch); None when no record
+    states it."""
+    found = [limits.field(p.record.path, "derived.global_batch", g, 1, limits.MAX_COUNT ** 2,
+                          "samples")
+             for p in refs if (g := p.record.get("derived", "global_batch")) is not None]
+    return int(max(found)) if found else None
 
 
 def _check_finite(curves: dict[str, list[Point]]) -> None:
