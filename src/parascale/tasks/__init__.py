@@ -64,8 +64,9 @@ def prepare(cfg) -> tuple[Task, DataBundle]:
     return _user(cfg)
 
 
-def preflight(cfg) -> dict[str, Any]:
-    """A user's task loaded, checked and tried on two samples; the facts the plan needs."""
+def preflight(cfg, workers: int = 1) -> dict[str, Any]:
+    """A user's task loaded, checked and tried on two samples, its model asked of the strategy
+    on ``workers`` workers; the facts the plan needs."""
     from parascale import sync
     from parascale.tasks import load, tryout
 
@@ -75,7 +76,10 @@ def preflight(cfg) -> dict[str, Any]:
         raise UsageError(f"--val-fraction {cfg.val_fraction:g} holds out {len(bundle.val)} of "
                          f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
                          "on; give a smaller --val-fraction, or more data")
-    tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
+    model = tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
+    refused = sync.strategy_of(cfg).refuse_model(cfg, model, workers)
+    if refused:
+        raise UsageError(f"{call}: {refused}")
     traits = sync.traits_of(cfg.sync)
     if task.optimizer is not None and traits.optimizer is not None:
         raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
