@@ -120,6 +120,7 @@ def shard_of(tensor: torch.Tensor, folder) -> bytes:
     (torch.ones(4, 4, dtype=torch.int32), "it holds torch.int32 where its metadata says "
                                           "torch.float32"),
 ])
+@pytest.mark.filterwarnings("error::UserWarning")  # the one line, not torch's warning beside
 def test_a_shard_that_cannot_be_read_is_named_and_the_one_before_is_used(tmp_path, tensor,
                                                                          words):
     """Its checksum matches (the manifest was written again), yet DCP could not read it: the

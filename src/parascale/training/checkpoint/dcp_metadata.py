@@ -12,6 +12,7 @@ import io
 import os
 import pickle
 import sys
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,10 @@ def _part_problem(metadata: Metadata, index: MetadataIndex, where: Any, handle: 
             f"{size:,}"
     handle.seek(where.offset)
     try:
-        loaded = torch.load(io.BytesIO(handle.read(where.length)), map_location="cpu",
-                            weights_only=True)
+        with warnings.catch_warnings():  # bytes that are no torch file: their problem says it
+            warnings.simplefilter("ignore")
+            loaded = torch.load(io.BytesIO(handle.read(where.length)), map_location="cpu",
+                                weights_only=True)
     except Exception as exc:  # noqa: BLE001 - pickle's, torch's: not a tensor torch wrote
         return f"torch cannot load it ({_first_line(exc)})"
     if not isinstance(loaded, torch.Tensor):
