@@ -8,11 +8,10 @@ strategies from importing a module that imports them (tests/test_layers.py).
 from __future__ import annotations
 
 from parascale import sync
-from parascale.runtime import memory_cap
 from parascale.config import TrainConfig
+from parascale.runtime import memory_cap
 
 __all__ = ["validate"]
-
 
 def validate(cfg: TrainConfig) -> None:
     """Raise :class:`parascale.errors.UsageError` with one line for the first thing wrong: each

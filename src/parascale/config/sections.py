@@ -327,6 +327,11 @@ class EvaluationConfig:
             raise UsageError("--stop-at-target needs --target-accuracy or --target-metric")
 
 
+#: TFLOP/s: a device slower than 1 GFLOP/s trains nothing, so a peak below it is a typo, whose
+#: utilisation would print hundreds of digits
+MIN_PEAK_TFLOPS = 1e-3
+
+
 @dataclass
 class MeasureConfig:
     """What is measured beside the step time: the noise scale, the FLOPs' utilisation, a
@@ -349,6 +354,9 @@ class MeasureConfig:
         check_values(self)
         if self.peak_tflops is not None:
             positive("peak_tflops", float(self.peak_tflops), kind=float)
+            if self.peak_tflops < MIN_PEAK_TFLOPS:
+                raise UsageError(f"--peak-tflops must be at least {MIN_PEAK_TFLOPS:g} (1 GFLOP/s), "
+                                 f"got {self.peak_tflops:g}")
         profile_steps(self.profile)
 
 

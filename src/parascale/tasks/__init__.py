@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parascale.config import OPTIMIZERS, EvaluationConfig
+from parascale.config import NOT_WITH_TASK, OPTIMIZERS, EvaluationConfig, TrainConfig
 from parascale.errors import UsageError
 from parascale.tasks.base import (LOSS, NAME_CHARACTERS, Metric, Task, build_optimizer, check_name,
                                    name_problem, samples_in)
@@ -26,10 +26,12 @@ __all__ = [
     "build_optimizer",
     "check_name",
     "check_target",
+    "config_of_record",
     "directions",
     "name_problem",
     "preflight",
     "prepare",
+    "recorded_config",
     "samples_in",
 ]
 
@@ -119,3 +121,21 @@ def check_target(cfg, directions: dict[str, bool] | None = None) -> None:
             else "--target-accuracy: 'accuracy'"
         raise UsageError(f"{given} is not a metric of this task; its metrics: "
                          f"{', '.join(directions)}")
+
+
+def recorded_config(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as a record's ``config`` states it: under ``--task``, the built-in model and data
+    options (``config.NOT_WITH_TASK``) null, for the task brought its own model and data and a
+    reader must not be told that the defaults (smallcnn on digits) ran. ``task`` names it."""
+    settings = cfg.to_dict()
+    if cfg.job.task is not None:
+        settings.update(dict.fromkeys(NOT_WITH_TASK))
+    return settings
+
+
+def config_of_record(config: dict[str, Any]) -> TrainConfig:
+    """The configuration a record's ``config`` states (:func:`recorded_config` undone: a
+    task's null built-in options are their defaults again, which it left untouched)."""
+    if config.get("task") is not None:
+        config = {k: v for k, v in config.items() if k not in NOT_WITH_TASK or v is not None}
+    return TrainConfig.from_dict(config)
