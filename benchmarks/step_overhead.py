@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    cfg = TrainConfig(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
-                      lr=0.05, save_model=False, out=None, threads=1)
+    cfg = TrainConfig.of(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
+                         lr=0.05, save_model=False, out=None, threads=1)
     with world_of_one() as world:
         run = setup.set_up(cfg, world, None)  # no plan handed over: the worker makes its own
         train = run.bundle.train

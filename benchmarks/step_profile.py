@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="profile a hand-written step")
     parser.add_argument("--rows", type=int, default=15)
     args = parser.parse_args()
-    cfg = TrainConfig(model="gpt", dataset="shakespeare", batch_size=args.batch,
+    cfg = TrainConfig.of(model="gpt", dataset="shakespeare", batch_size=args.batch,
                       steps=10_000, optimizer="adamw", lr=1e-3, adam_beta2=0.99,
                       weight_decay=0.1, precision=args.precision, device=args.device,
                       gpus=(0,) if args.device == "cuda" else None, save_model=False,

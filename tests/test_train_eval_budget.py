@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from parascale.cli.main import main
-from parascale.config import TrainConfig
+from parascale.config import EvaluationConfig, TrainConfig
 from parascale.runrecord import EpochEntry
 from parascale.training.loop import evaluate
 from parascale.training.loop.evaluate import Coverage, announcement, coverage, expected_s
@@ -35,14 +35,14 @@ def test_a_small_split_is_evaluated_whole_and_a_large_token_split_on_a_sample():
     assert (len(digits.indices), digits.of, digits.seed) == (360, 360, None)
     images = coverage(TrainConfig(), 50_000, 256, 1.0)  # ImageNet's validation set: whole
     assert images.seed is None and len(images.indices) == 50_000
-    text = coverage(TrainConfig(seed=2), 14_940, 12, 64.0)  # 956,160 tokens
+    text = coverage(TrainConfig.of(seed=2), 14_940, 12, 64.0)  # 956,160 tokens
     assert text.section() == {"samples": evaluate.DEFAULT_BATCHES * 12, "of": 14_940, "seed": 2}
     assert torch.equal(text.indices, eval_sample(14_940, evaluate.DEFAULT_BATCHES * 12, 2))
-    whole = coverage(TrainConfig(eval_batches=0), 14_940, 12, 64.0)
+    whole = coverage(TrainConfig.of(eval_batches=0), 14_940, 12, 64.0)
     assert whole.section() == {"samples": 14_940, "of": 14_940, "seed": None}
-    asked = coverage(TrainConfig(eval_batches=3), 360, 32, 1.0)
+    asked = coverage(TrainConfig.of(eval_batches=3), 360, 32, 1.0)
     assert asked.section() == {"samples": 96, "of": 360, "seed": 0}
-    assert coverage(TrainConfig(eval_batches=20), 360, 32, 1.0).seed is None  # covers it all
+    assert coverage(TrainConfig.of(eval_batches=20), 360, 32, 1.0).seed is None  # covers it all
 
 
 def test_a_line_comes_before_an_evaluation_expected_to_take_longer_than_a_few_seconds():
@@ -67,7 +67,7 @@ def test_the_epoch_entry_and_time_to_target_say_which_samples_were_evaluated():
     written = entry.to_dict()
     assert written["evaluation"] == {"test": cover}
     assert EpochEntry.from_dict(written) == entry
-    cfg = TrainConfig(target_metric="loss", target_value=1.9)
+    cfg = EvaluationConfig(target_metric="loss", target_value=1.9)
     tta = time_to_target(cfg, {"loss": False}, entry, None)
     assert tta["reached"] and tta["sample"] == cover  # reached on that sample
     entry.evaluation = {"test": {"samples": 360, "of": 360, "seed": None}}
@@ -113,7 +113,7 @@ def test_the_loop_announces_an_evaluation_by_its_steps_pace_and_repeats_its_samp
         world_of_one, capsys):
     from parascale.training.loop import setup
 
-    cfg = TrainConfig(model="mlp", dataset="synthetic", synthetic_shape=(3, 8, 8),
+    cfg = TrainConfig.of(model="mlp", dataset="synthetic", synthetic_shape=(3, 8, 8),
                       synthetic_size=404, batch_size=8, epochs=1, save_model=False, threads=1,
                       eval_batches=2, noise_scale=False)
     run = setup.set_up(cfg, world_of_one, None)

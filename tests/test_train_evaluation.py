@@ -14,7 +14,7 @@ def local_accuracy(cfg: TrainConfig, state: dict,
     """Accuracy of the saved model over the test set's samples ``index`` (default: all of
     them), in this one process."""
     bundle = data.build(cfg)
-    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
+    model = models.build(cfg.job.model, bundle.num_classes, bundle.input_shape)
     model.load_state_dict(state)
     model.eval()
     index = torch.arange(len(bundle.test)) if index is None else index
@@ -31,7 +31,7 @@ def test_accuracy_over_uneven_shards_equals_single_process_accuracy(train_run):
                    model="mlp", workers=3, batch_size=8, epochs=2, lr=0.05)
     record, state = train_run(**options)
     assert record["derived"]["test_samples"] == 101
-    accuracy, count = local_accuracy(TrainConfig(**options), state)
+    accuracy, count = local_accuracy(TrainConfig.of(**options), state)
     assert count == 101
     assert record["summary"]["final_test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
@@ -45,7 +45,7 @@ def test_a_budget_evaluates_the_same_sample_every_epoch_each_sample_once(train_r
     covered = {"test": {"samples": 32, "of": 101, "seed": 5}}
     assert [e["evaluation"] for e in record["epochs"]] == [covered, covered]
     assert record["time_to_accuracy"]["sample"] == covered["test"]  # reached on that sample
-    accuracy, count = local_accuracy(TrainConfig(**options), state, eval_sample(101, 32, 5))
+    accuracy, count = local_accuracy(TrainConfig.of(**options), state, eval_sample(101, 32, 5))
     assert count == 32
     assert record["summary"]["final_test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 

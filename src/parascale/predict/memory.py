@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from parascale import sync
 from parascale.errors import UsageError
+from parascale.predict import limits
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,11 @@ def answer(sources: list[str], params: float | None, memory_gib: float, workers:
            model: str | None = None) -> str:
     """``parascale predict --device-memory``: from ``--params``, a record, or both (Ψ given,
     the bytes per parameter and the activations measured)."""
-    if not math.isfinite(memory_gib) or memory_gib <= 0:
-        raise UsageError(f"--device-memory must be a positive number of GiB, got {memory_gib:g}")
+    # the scaling prediction's limits (forecast.validate), so that every count stays short
+    limits.option("device-memory", memory_gib, limits.MIN_GIB, limits.MAX_GIB,
+                  "a positive number of GiB")
+    limits.workers(workers)
+    limits.option("params", params, 1, limits.MAX_BYTES / 4, "a parameter count")
     if not sources:
         if params is None:
             raise UsageError("--device-memory needs the model: --params N (e.g. 7e9), or a "

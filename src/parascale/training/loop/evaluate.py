@@ -62,13 +62,14 @@ class Coverage:
 
 def coverage(cfg: TrainConfig, n_samples: int, global_batch: int,
              units_per_sample: float) -> Coverage:
-    """What an evaluation of a split of ``n_samples`` covers under ``cfg.eval_batches``."""
-    budget = cfg.eval_batches
+    """What an evaluation of a split of ``n_samples`` covers under ``--eval-batches``."""
+    budget = cfg.evaluation.eval_batches
     if budget is None:  # the default: whole when small
         budget = 0 if n_samples * units_per_sample <= WHOLE_UP_TO else DEFAULT_BATCHES
     if not budget or budget * global_batch >= n_samples:
         return Coverage(torch.arange(n_samples), n_samples, None)
-    return Coverage(eval_sample(n_samples, budget * global_batch, cfg.seed), n_samples, cfg.seed)
+    return Coverage(eval_sample(n_samples, budget * global_batch, cfg.job.seed), n_samples,
+                    cfg.job.seed)
 
 
 def expected_s(samples: int, step_samples: int, compute_s: float | None) -> float | None:
@@ -194,14 +195,14 @@ def evaluate_epoch(run: Run, entry: EpochEntry, autocast: Callable) -> None:
     run.strategy.before_evaluation()
     compute = (entry.step_split_s or {}).get("compute")
     # --val-fraction: the validation split, what a search may look at
-    for name, split in (("test", run.bundle.test if cfg.evaluate_test else None),
+    for name, split in (("test", run.bundle.test if cfg.evaluation.evaluate_test else None),
                         ("val", run.bundle.val)):
         if split is None:
             continue
         cover = coverage(cfg, len(split), run.plan.derived.global_batch, task.units_per_sample)
         if world.is_main:
             share = -(-len(cover.indices) // world.size)  # each rank's, at most
-            line = announcement(name, cover, expected_s(share, per_device * cfg.accumulate,
+            line = announcement(name, cover, expected_s(share, per_device * cfg.batch.accumulate,
                                                          compute))
             if line:
                 print(line, flush=True)
