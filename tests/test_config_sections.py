@@ -114,7 +114,7 @@ def _every_setting_changed() -> dict:
         "val_fraction": 0.2, "evaluate_test": False, "precision": "bf16", "sync_batchnorm": True,
         "loader_workers": 2, "compile": True, "peak_tflops": 1.5, "sync": "local-sgd",
         "period": 4, "target_accuracy": 0.9, "target_metric": "loss", "target_value": 1.5,
-        "stop_at_target": True, "eval_every": 2, "noise_scale": False, "profile": "2:3",
+        "stop_at_target": True, "eval_every": 2, "eval_batches": 5, "noise_scale": False, "profile": "2:3",
         "port": 29500, "timeout": 30.0, "max_restarts": 2, "out": "runs/a", "save_model": False,
         "tensorboard": "tb", "checkpoint_every": "1e", "keep": 2, "resume": True,
     }

@@ -56,6 +56,31 @@ def test_a_batch_counts_the_samples_of_its_first_tensor():
     assert samples_in([{"ids": torch.zeros(2, 8)}]) == 2
 
 
+@pytest.mark.parametrize("choice", [dict(optimizer="adamw", weight_decay=0.1, adam_beta2=0.99),
+                                    dict(optimizer="sgd", momentum=0.9, weight_decay=1e-4)])
+def test_the_built_in_optimizers_keep_torchs_default_numbers_on_the_cpu(choice):
+    """The fused kernel is CUDA's alone: on the CPU it rounds otherwise (the control below), and
+    runs there would no longer give the numbers they gave."""
+    task = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0)
+    optim = OptimConfig(lr=0.01, **choice)
+
+    def trained(fused: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 3))
+        optimizer = build_optimizer(task, optim, model.parameters())
+        for group in optimizer.param_groups:
+            assert not group["fused"]
+            group["fused"] = fused
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(10):
+            model(torch.randn(4, 8, generator=generator)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert not torch.equal(trained(False), trained(True))
+
+
 def test_a_target_is_reached_in_its_metrics_direction():
     task = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0,
                 metrics=[Metric("mae", lambda n, b: 0, False)])

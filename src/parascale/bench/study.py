@@ -45,6 +45,7 @@ MEMORY_NEUTRAL = frozenset({
     "out", "save_model", "port", "timeout", "seed", "epochs", "steps", "lr", "lr_scaling",
     "base_batch", "warmup_epochs", "lr_schedule", "lr_milestones", "lr_gamma", "weight_decay",
     "target_accuracy", "target_metric", "target_value", "stop_at_target", "eval_every",
+    "eval_batches",
     "download", "warmup_steps", "lr_min", "peak_tflops", "tensorboard"})
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 

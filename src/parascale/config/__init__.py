@@ -54,7 +54,8 @@ NAMES = (
     "lr_gamma", "lr_min", "optimizer", "momentum", "weight_decay", "clip_grad_norm",
     "adam_beta2", "seed", "val_fraction", "evaluate_test", "precision", "sync_batchnorm",
     "loader_workers", "compile", "peak_tflops", "sync", "sync_options", "target_accuracy",
-    "target_metric", "target_value", "stop_at_target", "eval_every", "noise_scale", "profile",
+    "target_metric", "target_value", "stop_at_target", "eval_every", "eval_batches",
+    "noise_scale", "profile",
     "port", "timeout", "max_restarts", "out", "save_model", "tensorboard", "checkpoint_every",
     "keep", "resume",
 )

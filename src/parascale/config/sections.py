@@ -298,6 +298,12 @@ class EvaluationConfig:
     and the test set is evaluated once, for the best trial."""
     eval_every: int = 1
     """Evaluate on the test set every this many epochs (and always after the last)."""
+    eval_batches: int | None = None
+    """Evaluate each split on a fixed sample of N global batches (N x --global-batch samples,
+    drawn once by --seed: the same samples at every evaluation, on any number of workers with
+    that global batch) instead of the whole split; 0: the whole split. Default: the whole split
+    when it holds at most 100,000 samples (tokens, for a token model such as gpt), else a
+    sample of 200 batches."""
     target_accuracy: float | None = None
     """Record time-to-accuracy: wall time and epochs until test accuracy (validation accuracy
     with --no-evaluate-test) first reaches this fraction (for example 0.9 for 90 percent)."""
@@ -313,6 +319,9 @@ class EvaluationConfig:
     def validate(self) -> None:
         check_values(self)
         positive("eval_every", self.eval_every)
+        if self.eval_batches is not None and self.eval_batches < 0:
+            raise UsageError(f"--eval-batches is a number of batches to evaluate, or 0 for the "
+                             f"whole split; got {self.eval_batches}")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise UsageError(f"--target-accuracy is a fraction in (0, 1], got "
                              f"{self.target_accuracy}")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from parascale import lazy
 from parascale.config import TrainConfig
-from parascale.data.split import Batch, DataBundle, IndexBatches, Split, as_index
+from parascale.data.split import Batch, DataBundle, IndexBatches, Split, as_index, on_device
 from parascale.errors import UsageError
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ class TokenSplit(Split):
                 ) -> Iterator[Batch]:
         for batch in index_batches:
             starts = as_index(batch) * self.context
-            window = self.stream[starts[:, None] + self._offsets].to(torch.long)
-            window = window.to(device, non_blocking=True)
+            # the stream's own type (uint8) crosses to a GPU, 8x smaller; int64 there
+            window = on_device(self.stream[starts[:, None] + self._offsets], device)
+            window = window.to(torch.long)
             yield window[:, :-1], window[:, 1:]
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 MAY_DIFFER = frozenset({
     "out", "port", "timeout", "max_restarts", "checkpoint_every", "keep", "resume", "save_model",
     "oversubscribe", "verify_data", "download", "data_dir", "loader_workers", "threads",
-    "epochs", "steps", "eval_every", "target_accuracy", "target_metric", "target_value",
+    "epochs", "steps", "eval_every", "eval_batches", "target_accuracy", "target_metric", "target_value",
     "stop_at_target", "workers", "gpus",
     "profile", "noise_scale", "peak_tflops",  # they measure, and change nothing saved
 })

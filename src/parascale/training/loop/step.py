@@ -13,7 +13,7 @@ from tqdm import tqdm
 from parascale import tasks
 from parascale.runrecord import EpochEntry
 from parascale.training.loop import lr as lr_rule
-from parascale.training.loop.evaluate import evaluate
+from parascale.training.loop.evaluate import evaluate_epoch
 from parascale.training.loop.run import Run
 from parascale.training.loop.sampling import train_shard
 from parascale.training.observe import console
@@ -22,13 +22,17 @@ from parascale.training.record.epochs import epoch_entry
 
 
 _NOTHING = contextlib.nullcontext()  # reusable: one object for every step, not one per step
+_AUTOCASTS: dict[tuple[str, str], torch.autocast] = {}  # the same: entered one at a time
 
 
 def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     if precision == "fp32":
         return _NOTHING
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    key = (device.type, precision)
+    if key not in _AUTOCASTS:
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        _AUTOCASTS[key] = torch.autocast(device.type, dtype=dtype)
+    return _AUTOCASTS[key]
 
 
 def run_epoch(run: Run, epoch: int,
@@ -98,15 +102,7 @@ def run_epoch(run: Run, epoch: int,
     # its time spans a restart: a warm-up epoch again
     entry.resumed = bool(part or (progress.resumed and epoch == progress.position["epoch"]))
     if epoch % cfg.evaluation.eval_every == 0 or epoch == plan.epochs:
-        run.strategy.before_evaluation()
-        # --val-fraction: the validation split, what a search may look at
-        for name, split in (("test", run.bundle.test if cfg.evaluation.evaluate_test else None),
-                            ("val", run.bundle.val)):
-            if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
-                entry.metrics.update({f"{name}_{metric}": value for metric, value in evaluate(
-                    run.task, run.strategy.local_module(), split, world, max(per_device, 256),
-                    lambda: _autocast(cfg.strategy.precision, device),
-                    run.strategy.evaluates_in_lockstep).items()})
+        evaluate_epoch(run, entry, lambda: _autocast(cfg.strategy.precision, device))
     entry.elapsed_s = time.perf_counter() - progress.t_start
     return entry, rows
 

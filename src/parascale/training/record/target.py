@@ -27,7 +27,10 @@ def time_to_target(evaluation: EvaluationConfig, directions: Mapping[str, bool |
     reached = seen is not None and (seen >= value if higher else seen <= value)
     # an accuracy target's record reads as it always did; readers take accuracy, higher
     named = {} if name == "accuracy" else {"metric": name, "higher_is_better": higher}
+    # evaluated on a sample of the split (--eval-batches): the target is that sample's
+    cover = entry.evaluation.get(split)
+    sample = {"sample": cover} if cover and cover["samples"] < cover["of"] else {}
     return {"target": value, **named, "reached": reached,
             "split": "test" if evaluation.evaluate_test else "validation",
             "epoch": entry.epoch if reached else None,
-            "elapsed_s": entry.elapsed_s if reached else None}
+            "elapsed_s": entry.elapsed_s if reached else None, **sample}
