@@ -75,7 +75,7 @@ def advise(opts: Options, echo: Callable[[str], None] = print) -> tuple[Advice, 
     higher = _higher(cfg, flat, opts)
     target = opts.budget is None
     notes: list[str] = []
-    variants = space.variants(opts.strategies, opts.job, notes)
+    variants = space.variants(opts.strategies, opts.job, notes, opts.exact_only)
     here = not opts.cluster
     workers = opts.devices if here else 0
     devices = space.device_counts(workers if here else None, opts.gpus_per_node, opts.nodes)
@@ -91,6 +91,10 @@ def advise(opts: Options, echo: Callable[[str], None] = print) -> tuple[Advice, 
     found = measure.run(opts.job, plan, out / "measure", lambda r: _gradient_bytes(r, opts),
                         echo, rerun, opts.quiet_machine)
     basis = _basis(opts, flat, found, higher, notes, workers)
+    if here:
+        from parascale.runtime.env import cores_per_worker
+
+        basis.threads = cores_per_worker(workers)
     precisions = list(opts.precisions or [flat.get("precision", "fp32")])
     train = basis.stats.train_samples
     basis.wire = _wire(variants, found, basis.speed.gradient_bytes)

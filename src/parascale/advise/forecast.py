@@ -33,6 +33,8 @@ class Basis:
     missing here moves the full-precision gradient."""
     unit: str = "samples"
     units_per_sample: float = 1.0
+    threads: int | None = None
+    """Here: the threads every worker was measured with, and runs with (cores / workers)."""
     _models: dict[str, Model] = field(default_factory=dict, repr=False)
 
     def model_of(self, variant: Variant) -> Model | None:

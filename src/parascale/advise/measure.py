@@ -121,7 +121,7 @@ def run(job: dict[str, Any], measure_plan: Plan, folder: Path, gradient_bytes: C
         echo(f"measuring: {len(jobs)} short run(s) in {folder}")
         records = run_study(folder, jobs, rerun, echo, inputs=dataclasses.asdict(inputs),
                             quiet_max_s=quiet_max_s)
-        by_case = _match(jobs, cases, records, folder)
+        by_case = _match(jobs, cases, job, records, folder)
         readings.pilot = by_case.get(id(measure_plan.pilot)) if measure_plan.pilot else None
         readings.probes = [by_case[id(c)] for c in measure_plan.probes if id(c) in by_case]
         readings.baselines = [by_case[id(c)] for c in measure_plan.baselines
@@ -137,14 +137,24 @@ def run(job: dict[str, Any], measure_plan: Plan, folder: Path, gradient_bytes: C
     return readings
 
 
-def _match(jobs: list, cases: list[dict[str, Any]], records: dict[str, dict[str, Any]],
-           folder: Path) -> dict[int, RunRecord]:
-    """Each case's record: the job whose settings hold the case's."""
+def job_of(jobs: list, cases: list[dict[str, Any]], case: dict[str, Any],
+           base: dict[str, Any]) -> Any:
+    """The study's job of ``case`` (the planner orders jobs by memory, not as the cases came):
+    the one whose value of every key any case sets is the case's, or the base's where the
+    case leaves it out."""
+    keys = {k for c in cases for k in c}
+    wanted = {k: case[k] if k in case else base.get(k) for k in keys}
+    return next(j for j in jobs if {k: j.params.get(k) for k in keys} == wanted)
+
+
+def _match(jobs: list, cases: list[dict[str, Any]], base: dict[str, Any],
+           records: dict[str, dict[str, Any]], folder: Path) -> dict[int, RunRecord]:
+    """Each case's record."""
     from parascale.errors import WorkerFailure
 
     found: dict[int, RunRecord] = {}
     for case in cases:
-        job = next(j for j in jobs if all(j.params.get(k) == v for k, v in case.items()))
+        job = job_of(jobs, cases, case, base)
         record = records[job.folder]
         if record.get("status") != "ok":
             raise WorkerFailure(f"a measuring run failed ({job.label}): "

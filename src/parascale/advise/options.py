@@ -48,6 +48,8 @@ class Options:
     max_accumulate: int = 8
     precisions: tuple[str, ...] | None = None
     lr_rule: str = "bounded"
+    exact_only: bool = False
+    """Search only the strategy variants whose steps the noise-scale model covers."""
     # figures given by hand, each saving a measurement
     records: tuple[str, ...] = ()
     noise_scale: float | None = None

@@ -32,8 +32,10 @@ def seconds(s: float) -> str:
     return f"{s / 3600:.3g} h"
 
 
-def run_options(f: Forecast, job: dict[str, Any], here: bool = True) -> dict[str, Any]:
-    """The train options that run ``f``'s configuration of ``job``."""
+def run_options(f: Forecast, job: dict[str, Any], here: bool = True,
+                threads: int | None = None) -> dict[str, Any]:
+    """The train options that run ``f``'s configuration of ``job`` (``threads``: per worker,
+    as measured here)."""
     c = f.candidate
     chosen = {"batch_size": c.per_device_batch, "global_batch": None, "base_batch": None,
               "accumulate": c.accumulate, "sync": c.variant.name,
@@ -41,15 +43,19 @@ def run_options(f: Forecast, job: dict[str, Any], here: bool = True) -> dict[str
               "precision": c.precision}
     if here:
         chosen["workers"] = c.devices
+        if threads is not None:
+            chosen["threads"] = threads
     if f.warmup_steps:
         chosen["warmup_steps"] = f.warmup_steps
     return {**job, **chosen}
 
 
-def flags(f: Forecast, here: bool) -> str:
+def flags(f: Forecast, here: bool, threads: int | None = None) -> str:
     """What advise chose, as train's flags."""
     c = f.candidate
     parts = [f"--workers {c.devices}"] if here else []
+    if here and threads is not None:
+        parts.append(f"--threads {threads}")
     parts += [f"--batch-size {c.per_device_batch}"]
     if c.accumulate > 1:
         parts.append(f"--accumulate {c.accumulate}")
@@ -117,7 +123,7 @@ def text(advice: Advice, job: dict[str, Any], here: bool) -> str:
     else:
         assert advice.recommended is not None
         lines.append(f"recommended (fastest to the goal): {describe(advice.recommended, advice)}")
-        lines.append("  " + command(advice.recommended, job, here))
+        lines.append("  " + command(advice.recommended, job, here, basis.threads))
         if advice.assumed is not None:
             lines.append("possibly faster, if it needs no more steps than synchronous SGD "
                          "(its steps are assumed, not modelled; --verify measures it): "
@@ -130,10 +136,10 @@ def text(advice: Advice, job: dict[str, Any], here: bool) -> str:
     return "\n".join(lines)
 
 
-def command(f: Forecast, job: dict[str, Any], here: bool) -> str:
+def command(f: Forecast, job: dict[str, Any], here: bool, threads: int | None = None) -> str:
     """The command that runs ``f``: here, with its workers; on a cluster, as each of its ranks
     runs it (under torchrun or srun, or ``parascale slurm train``)."""
-    line = f"parascale train {_job_flags(job)} {flags(f, here)}"
+    line = f"parascale train {_job_flags(job)} {flags(f, here, threads)}"
     return line if here else f"on {f.candidate.devices} devices, each rank: {line}"
 
 
@@ -161,8 +167,8 @@ def to_dict(advice: Advice, job: dict[str, Any], here: bool) -> dict[str, Any]:
     def chosen(f: Forecast | None) -> dict[str, Any] | None:
         if f is None:
             return None
-        return {**f.to_dict(), "train": run_options(f, job, here),
-                "command": command(f, job, here)}
+        return {**f.to_dict(), "train": run_options(f, job, here, basis.threads),
+                "command": command(f, job, here, basis.threads)}
 
     basis = advice.basis
     return {"schema": SCHEMA, "subject": basis.subject, "goal": advice.goal,

@@ -118,10 +118,11 @@ def _label(name: str, changed: dict[str, Any]) -> str:
     return " ".join([name, *(f"{k}={v}" for k, v in changed.items())])
 
 
-def variants(names: Iterable[str] | None, job: dict[str, Any], notes: list[str]
-             ) -> list[Variant]:
+def variants(names: Iterable[str] | None, job: dict[str, Any], notes: list[str],
+             exact_only: bool = False) -> list[Variant]:
     """The strategy variants to search, each checked against the job's settings; what is
-    left out, and why, goes to ``notes``."""
+    left out, and why, goes to ``notes``. ``exact_only``: only those whose steps the model
+    covers."""
     from parascale.config import TrainConfig
     from parascale.validation import validate
 
@@ -156,6 +157,8 @@ def variants(names: Iterable[str] | None, job: dict[str, Any], notes: list[str]
             if pattern is None:
                 continue
             exact = cls.equivalence(settings) is not None
+            if exact_only and not exact:
+                continue
             found.append(Variant(name, tuple(changed.items()), pattern.overlaps,
                                  _stage(cls, settings), exact, _label(name, changed), settings,
                                  pattern, cls.helper_processes(cfg)))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from parascale.advise import measure
 from parascale.advise.forecast import Forecast
 from parascale.advise.output import run_options, seconds
 from parascale.advise.rank import Advice
@@ -21,12 +22,13 @@ from parascale.columns import aligned
 
 
 def cases(forecasts: list[Forecast], job: dict[str, Any], target: bool,
-          cap_samples: float | None) -> list[dict[str, Any]]:
-    """Each forecast's run: its train options, stopping at the target within the job's
-    budget, or training the steps its budget takes."""
+          cap_samples: float | None, threads: int | None = None) -> list[dict[str, Any]]:
+    """Each forecast's run: its train options (its workers with the ``threads`` each was
+    measured with), stopping at the target within the job's budget, or training the steps
+    its budget takes."""
     found = []
     for f in forecasts:
-        options = run_options(f, job)
+        options = run_options(f, job, True, threads)
         batch = f.candidate.global_batch
         if target:
             options["stop_at_target"] = True
@@ -58,16 +60,15 @@ def chosen_for(advice: Advice, count: int) -> list[Forecast]:
     return ([first] if first is not None else []) + rest[:count]
 
 
-def run(advice: Advice, job: dict[str, Any], count: int, folder: Path, target: bool,
-        echo: Callable[[str], None], rerun: str = "never",
+def run(advice: Advice, job: dict[str, Any], chosen: list[Forecast], folder: Path,
+        target: bool, echo: Callable[[str], None], rerun: str = "never",
         quiet_max_s: float | None = None) -> list[dict[str, Any]]:
-    """Run the recommendation and the ``count`` next feasible configurations; the checks
-    (rank 1 is the recommendation)."""
+    """Run the ``chosen`` configurations (:func:`chosen_for`) as one study; the checks, in
+    their order, each with its rank in the advice."""
     from parascale.bench.runner import run_study
     from parascale.bench.study import StudyInputs, make_jobs
 
-    chosen = chosen_for(advice, count)
-    runs = cases(chosen, job, target, advice.basis.stats.cap_samples)
+    runs = cases(chosen, job, target, advice.basis.stats.cap_samples, advice.basis.threads)
     base = {k: v for k, v in job.items()}
     inputs = StudyInputs(parameters=base, extensions=[{"cases": runs}])
     jobs = make_jobs(inputs)
@@ -75,33 +76,53 @@ def run(advice: Advice, job: dict[str, Any], count: int, folder: Path, target: b
     records = run_study(folder, jobs, rerun, echo, inputs=dataclasses.asdict(inputs),
                         quiet_max_s=quiet_max_s)
     checks = []
-    for rank, (f, case) in enumerate(zip(chosen, runs), 1):
-        job_of = next(j for j in jobs if all(j.params.get(k) == v for k, v in case.items()))
-        record = records[job_of.folder]
+    for f, case in zip(chosen, runs):
+        rank = advice.forecasts.index(f) + 1
+        ran = measure.job_of(jobs, runs, case, base)
+        record = records[ran.folder]
         got = measured(record, target)
         machine = record.get("machine") or {}
+        steps = record.get("steps") or {}
+        tta = record.get("time_to_accuracy") or {}
         checks.append({"rank": rank, "configuration": f.candidate.label,
+                       "recommended": f is advice.recommended,
+                       "predicted_step_s": f.step.step_s if f.step else None,
+                       "measured_step_s": ((steps.get("phases") or {}).get("step") or {}).get(
+                           "mean"),
+                       "predicted_epochs": f.timing.epochs if f.timing else None,
+                       "measured_epochs": tta.get("epoch") if target else None,
                        "predicted_s": f.time_s, "low_s": f.low_s, "high_s": f.high_s,
                        "measured_s": got, "status": record.get("status"),
-                       "reason": record.get("reason") if got is None else None,
+                       "reason": (record.get("reason") or "not within the job's budget")
+                       if got is None else None,
                        "error": (f.time_s - got) / got if got else None,
                        "within_band": (f.low_s <= got <= f.high_s) if got else None,
                        "busy": machine.get("busy") is True,
-                       "record": str(folder / "runs" / job_of.folder / "record.json")})
+                       "record": str(folder / "runs" / ran.folder / "record.json")})
     return checks
 
 
 def table(checks: list[dict[str, Any]]) -> str:
-    rows = [["rank", "configuration", "predicted", "band", "measured", "error", "note"]]
+    """Predicted beside measured, with the step and the epochs apart: which of the two a miss
+    comes from."""
+    rows = [["rank", "configuration", "predicted", "band", "measured", "error",
+             "step ms pred/meas", "epochs pred/meas", "note"]]
     for c in checks:
         got = c["measured_s"]
-        note = "busy machine" if c["busy"] else ""
+        notes = ["recommended"] if c.get("recommended") else []
+        if c["busy"]:
+            notes.append("busy machine")
         if got is None:
-            note = f"not reached: {c['reason'] or c['status']}"
+            notes.append(f"not reached: {c['reason'] or c['status']}")
+        step = "/".join("-" if v is None else f"{v * 1e3:.3g}"
+                        for v in (c.get("predicted_step_s"), c.get("measured_step_s")))
+        epochs = "/".join("-" if v is None else f"{v:g}"
+                          for v in (c.get("predicted_epochs"), c.get("measured_epochs")))
         rows.append([str(c["rank"]), c["configuration"], seconds(c["predicted_s"]),
                      f"{seconds(c['low_s'])}-{seconds(c['high_s'])}",
                      seconds(got) if got is not None else "-",
-                     f"{c['error']:+.0%}" if c["error"] is not None else "-", note])
+                     f"{c['error']:+.0%}" if c["error"] is not None else "-", step, epochs,
+                     "; ".join(notes)])
     done = [c for c in checks if c["measured_s"] is not None]
     lines = ["predicted against measured time to the goal (this machine):", aligned(rows)]
     if done:

@@ -126,6 +126,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="the rate at another global batch: bounded (default: linear for "
                              "SGD, square root for AdamW, levelling off beyond the noise "
                              "scale, McCandlish et al. 2018), linear, sqrt or none")
+    search.add_argument("--exact-only", action="store_true",
+                        help="only strategy variants that step on the global batch's mean "
+                             "gradient, whose steps the noise-scale model covers (no "
+                             "compression, no periods of local steps)")
     given = parser.add_argument_group("figures given by hand (each saves a measurement)")
     given.add_argument("--noise-scale", dest="given_noise", type=ascii_float, metavar="B",
                        help="the gradient noise scale in samples")
@@ -182,7 +186,7 @@ def options_from(args: argparse.Namespace):
         peak_tflops=args.peak_tflops, mfu=args.mfu, budget=budget, budget_unit=unit,
         strategies=args.strategies, batch_sizes=args.batch_sizes,
         max_accumulate=args.max_accumulate, precisions=args.precisions,
-        lr_rule=args.lr_rule, records=tuple(args.records), noise_scale=args.given_noise,
+        lr_rule=args.lr_rule, exact_only=args.exact_only, records=tuple(args.records), noise_scale=args.given_noise,
         noise_scale_se=args.noise_scale_se, steps_to_target=args.steps_to_target,
         params=args.params, flops_per_sample=args.flops_per_sample,
         activations_per_sample=args.activations_per_sample,
@@ -203,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
     if opts.verify and advice.recommended is not None:
         target = opts.budget is None
         print()
-        advice.checks = verify.run(advice, opts.job, opts.verify, out / "verify", target,
+        advice.checks = verify.run(advice, opts.job, verify.chosen_for(advice, opts.verify),
+                                   out / "verify", target,
                                    lambda line: print(line, flush=True),
                                    quiet_max_s=opts.quiet_machine)
         print()
