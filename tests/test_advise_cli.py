@@ -78,3 +78,23 @@ def test_bad_input_is_one_line_and_exit_code_2(capsys, tmp_path, args, words):
 def test_an_unknown_gpu_lists_the_known_ones(capsys, tmp_path):
     line = refused(capsys, tmp_path, *JOB, *CLUSTER[:-1], "Z80", *GIVEN)
     assert "--gpu 'Z80'" in line and "H100" in line
+
+
+def test_records_of_the_job_on_the_clusters_device_replace_its_flops(tmp_path, capsys):
+    from conftest import write_study
+    from test_predict_cli import run_record
+
+    study = write_study(tmp_path / "one-gpu", [run_record(1, device="cuda")])  # 30 ms at b=32
+    flops = main(["advise", *JOB, *CLUSTER, *GIVEN, "--strategies", "allreduce", "--out",
+                  str(tmp_path / "flops")])
+    measured = main(["advise", *JOB, *CLUSTER[:-2], "--records", str(study), *GIVEN,
+                     "--strategies", "allreduce", "--out", str(tmp_path / "records")])
+    text = capsys.readouterr().out.split("parascale advise:")[-1]
+    assert flops == measured == 0
+    assert "compute(b) = 30 ms at b=32  [measured]" in text and "MFU" not in text
+
+    def band(folder: str) -> float:
+        best = json.loads((tmp_path / folder / "advice.json").read_text())["recommended"]
+        return best["high_s"] / best["low_s"]
+
+    assert band("records") < band("flops")  # measured work: a tenth, not half, either way

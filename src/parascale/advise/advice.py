@@ -56,8 +56,8 @@ def _measuring_plan(opts: Options, flat: dict[str, Any], sizes: list[int], worke
     here = not opts.cluster
     statistics_given = opts.noise_scale is not None and (not target or
                                                          opts.steps_to_target is not None)
-    speed_given = opts.params is not None and (opts.flops_per_sample is not None
-                                               or bool(opts.records))
+    speed_given = bool(opts.records) or (opts.params is not None
+                                         and opts.flops_per_sample is not None)
     pilot = readings.pilot_batch(batch) if here or not statistics_given else None
     probes = measure.probe_batches(per_device, sizes) if here else \
         ([] if speed_given else [per_device])
@@ -185,7 +185,16 @@ def _basis(opts: Options, flat: dict[str, Any], found: measure.Readings, higher:
         ("samples", 1.0)
     budget = _budget(opts, workers)
     link, intra, low, high, _ = readings.link_of(found, opts)
-    if opts.cluster:
+    if opts.cluster and opts.records:
+        assert link is not None
+        model, record = readings.records_speed(opts, link, intra, figures)
+        memory = readings.memory_of(pilot or record, opts, flat, opts.params, figures, budget)
+        speed = Speed(model, model.gradient_bytes, memory, readings.RECORDS_BAND, low, high,
+                      cpu=False)
+        figures.append(readings.Figure("links", f"{link.describe()}; inside a node "
+                                       f"{intra.describe() if intra else '-'}", "", link.how,
+                                       f"{opts.gpus_per_node} devices per node"))
+    elif opts.cluster:
         probe = found.probes[0] if found.probes else None
         flops = opts.flops_per_sample or (probe.get("flops", "flops_per_sample") if probe
                                           else None)

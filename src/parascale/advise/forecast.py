@@ -65,7 +65,8 @@ class Forecast:
     low_s: float
     high_s: float
     why_not: str | None = None
-    """Why it cannot be chosen (does not fit, does not reach the goal in the budget, ...)."""
+    """Why it cannot be chosen, read after "it": "needs 90 GiB per device, ...", "does not
+    reach the goal within the job's budget"."""
     expected_s: float | None = None
     """The time averaged over the steps' uncertainty (whole epochs make it a staircase)."""
 
@@ -135,7 +136,7 @@ def forecast(c: Candidate, basis: Basis, rule: str) -> Forecast:
     fits = speed.memory.fits(stage, n, b)
     if model is None:
         return Forecast(c, stats.lr, 0, None, 0.0, 0.0, held, fits, None, math.inf, math.inf,
-                        "its bytes on the wire cannot be counted without the model")
+                        "puts bytes on the wire that cannot be counted without the model")
     step, lr, warm, timing = _timing(c, basis, model, rule)
     scale = speed.precision_scale.get(c.precision, 1.0)
     alone = step_time(model, 1, b, c.accumulate, scale).step_s  # one device, no exchange
@@ -147,7 +148,7 @@ def forecast(c: Candidate, basis: Basis, rule: str) -> Forecast:
         why = (f"needs {held / 2**30:.3g} GiB per device, over the {limit / 2**30:.3g} GiB it "
                "may hold")
     elif timing is None:
-        why = "its steps at this global batch need the gradient noise scale"
+        why = "needs the gradient noise scale for its steps at this global batch"
     elif not timing.reached:
         why = "does not reach the goal within the job's budget"
     low = high = math.inf

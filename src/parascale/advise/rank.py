@@ -106,11 +106,12 @@ def limits(best: Forecast, forecasts: list[Forecast], basis: Basis) -> list[str]
         at_n = [f for f in more if f.candidate.devices == n]
         fitting = [f for f in at_n if f.feasible]
         if not fitting:
-            reasons = sorted({f.why_not or "" for f in at_n})
-            said.append(f"at {n} devices no configuration is feasible ({'; '.join(reasons)})"
-                        + (f": the noise scale is {stats.noise:,.0f} samples, and a larger "
-                           "global batch needs more samples than the budget holds"
-                           if stats.noise and any("budget" in r for r in reasons) else ""))
+            reasons = [f.why_not or "" for f in at_n]
+            common = max(set(reasons), key=reasons.count)
+            said.append(f"at {n} devices no configuration is feasible: it {common}"
+                        + (f" (the noise scale is {stats.noise:,.0f} samples: a larger global "
+                           "batch needs more samples than the budget holds)"
+                           if stats.noise and "budget" in common else ""))
         else:
             said += _slower(best, min(fitting, key=lambda f: f.time_s), basis)
     if c.accumulate > 1 or c.variant.stage > 0:

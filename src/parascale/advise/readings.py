@@ -37,6 +37,8 @@ from parascale.report.load import RunRecord
 #: assumed model-FLOPs utilisation of a cluster's device without a run on one, and its band
 MFU = 0.4
 MFU_BAND = 0.5
+#: the work's band where records of the job on the cluster's device measured it
+RECORDS_BAND = 0.1
 #: a measured link's band at least this (gloo's algorithm changes with the size)
 LINK_BAND = 0.1
 #: a preset's figures may be off this many times either way
@@ -186,6 +188,29 @@ def flops_speed(flops: float, how: str, source: str, opts: Options, precision: s
     return model, scale
 
 
+def records_speed(opts: Options, link: Link, intra: Link | None, figures: list[Figure]
+                  ) -> tuple[Model, RunRecord]:
+    """A cluster device's step from records of the job run on one (``--records``):
+    predict's calibration, the links the cluster's."""
+    from parascale.report.load import load_records
+
+    try:
+        loaded = load_records(list(opts.records))
+    except UsageError as exc:  # the loader speaks as 'report'; this is advise
+        raise UsageError(str(exc).removeprefix("report: ")) from None
+    records = calibrate.usable(loaded.records)
+    if not records:
+        raise UsageError(f"--records {' '.join(opts.records)}: no finished run record there "
+                         "(status ok, not a baseline)")
+    given = (opts.params * 4, f"--params {opts.params:.4g}, 4 bytes each (fp32 gradients)") \
+        if opts.params else None
+    model = calibrate.build(records, costs.strategy(sync.DEFAULT), link, intra=intra,
+                            per_node=opts.gpus_per_node, given_bytes=given, notes=[])
+    model.noise_scale = None  # advise reads the noise scale itself (statistics)
+    figures += [figure(i) for i in model.inputs if not i.name.startswith("noise")]
+    return model, records[0]
+
+
 def _peak(opts: Options, precision: str) -> tuple[float, str]:
     if opts.peak_tflops is not None:
         return opts.peak_tflops * 1e12, f"--peak-tflops {opts.peak_tflops:g}"
@@ -219,7 +244,7 @@ def memory_of(pilot: RunRecord | None, opts: Options, flat: dict[str, Any],
         overhead = max(0.0, float(peaks[0]) - held) if not opts.cluster else 0.0
         figures.append(Figure("memory", f"{psi:,.0f} parameters, {per.params:g} + {per.grads:g}"
                               f" + {per.state:g} bytes each, activations "
-                              f"{activations / batch / 2**10:.4g} KiB per sample", "",
+                              f"{activations / batch / 2**20:.4g} MiB per sample", "",
                               "measured", per.source))
         if overhead:
             figures.append(Figure("memory beyond the model", overhead / 2**20, "MiB",
@@ -234,7 +259,7 @@ def memory_of(pilot: RunRecord | None, opts: Options, flat: dict[str, Any],
     figures.append(Figure("memory", f"{params:,.0f} parameters, {per.params:g} + "
                           f"{per.grads:g} + {per.state:g} bytes each", "", "counted",
                           per.source))
-    figures.append(Figure("activations per sample", acts / 2**10, "KiB",
+    figures.append(Figure("activations per sample", acts / 2**20, "MiB",
                           "given" if opts.activations_per_sample is not None else "assumed",
                           "--activations-per-sample" if opts.activations_per_sample is not None
                           else "not known: none counted (a run here measures them)"))
