@@ -237,3 +237,11 @@ def test_an_imprecise_noise_scale_withholds_the_recommendation():
     fs = [forecast(space.Candidate(n, 32, 1, variant(), "fp32"), given, "bounded")
           for n in (1, 2)]
     assert rank.decide(given, fs, "bounded", "goal", {}).recommended is not None
+
+
+def test_an_evaluation_spreads_over_the_devices_and_slows_with_contention():
+    s = stats(train_samples=1000, eval_s=1.0, eval_devices=2, contention={2: 1.5})
+    one = time_to_goal(s, devices=1, batch=10, step_s=0.0, steps=100)
+    two = time_to_goal(s, devices=2, batch=10, step_s=0.0, steps=100)
+    assert two.time_s == pytest.approx(1.0)  # as measured, on the pilot's 2 devices
+    assert one.time_s == pytest.approx(2 / 1.5)  # all of it on one, without the contention

@@ -218,9 +218,13 @@ def _basis(opts: Options, flat: dict[str, Any], found: measure.Readings, higher:
     else:
         model = readings.local_speed(found, link, notes, figures)
         memory = readings.memory_of(pilot, opts, flat, opts.params, figures, budget)
+        check = readings.memory_check(memory, found.probes)
+        if check is not None:
+            figures.append(check)
         speed = Speed(model, model.gradient_bytes, memory, readings.work_band(found, model),
                       low, high)
     stats = readings.statistics(flat, opts, pilot, figures, unit[1], bool(higher))
+    stats.contention = dict(speed.model.contention)
     subject = (f"{flat.get('task') or flat.get('model')}"
                + ("" if flat.get("task") else f" on {flat.get('dataset')}") + ", "
                + (f"{opts.nodes} node(s) x {opts.gpus_per_node} GPU(s)" if opts.cluster

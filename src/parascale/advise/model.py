@@ -15,7 +15,8 @@ b, accumulating A micro-batches, under one strategy variant: global batch B = N�
 - **Time**, as parascale measures time to target (``time_to_accuracy.elapsed_s``): training
   stops at the evaluation after the epoch that reaches the target, so the steps run are whole
   epochs of ⌊train/B⌋ steps, rounded up to the evaluation cadence, plus one evaluation per
-  evaluated epoch (the measured evaluation spread over N devices) and the first epoch's extra.
+  evaluated epoch (the measured evaluation spread over N devices, and slowed by contention as
+  compute is) and the first epoch's extra.
 - **The band**: every input with an uncertainty (work, link, noise scale, the steps at the
   reference, evaluation) is set to its low and its high in turn; the relative changes of the
   time are added in quadrature, below and above (independent errors).
@@ -126,6 +127,9 @@ class Statistics:
     eval_s: float = 0.0
     """One evaluation's time on ``eval_devices`` devices."""
     eval_devices: int = 1
+    contention: dict[int, float] = field(default_factory=dict)
+    """k(N), as the step's compute: an evaluation is compute too, spread over the devices and
+    slowed alike where N processes share a machine."""
     first_epoch_s: float = 0.0
     """What the first epoch takes beyond its steps (warm-up of the allocator and caches)."""
     warmup_given: bool = False
@@ -218,7 +222,8 @@ class Timing:
 def time_to_goal(stats: Statistics, devices: int, batch: int, step_s: float, steps: float
                  ) -> Timing:
     """Seconds of training until the goal, as parascale measures it (see the module)."""
-    per_eval = stats.eval_s * stats.eval_devices / devices
+    per_eval = stats.eval_s * stats.eval_devices / devices * \
+        stats.contention.get(devices, 1.0) / stats.contention.get(stats.eval_devices, 1.0)
     target = stats.budget_samples is None
     if not stats.train_samples:
         return Timing(steps * step_s, steps, None, 0, True)

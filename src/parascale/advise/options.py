@@ -104,8 +104,8 @@ def _resources(opts: Options) -> None:
     if not opts.cluster:
         cluster_only = [name for name, value in (
             ("--interconnect", opts.interconnect), ("--intra-node", opts.intra_node),
-            ("--gpu", opts.gpu), ("--peak-tflops", opts.peak_tflops), ("--mfu", opts.mfu))
-            if value is not None]
+            ("--gpu", opts.gpu), ("--peak-tflops", opts.peak_tflops), ("--mfu", opts.mfu),
+            ("--records", opts.records or None)) if value is not None]
         if cluster_only:
             raise UsageError(f"{cluster_only[0]} describes a cluster's devices or links: give "
                              "--nodes M and --gpus-per-node G with it (or leave it out to "

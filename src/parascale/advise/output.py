@@ -33,9 +33,9 @@ def seconds(s: float) -> str:
 
 
 def run_options(f: Forecast, job: dict[str, Any], here: bool = True,
-                threads: int | None = None) -> dict[str, Any]:
+                threads: int | None = None, budget: bool = False) -> dict[str, Any]:
     """The train options that run ``f``'s configuration of ``job`` (``threads``: per worker,
-    as measured here)."""
+    as measured here; ``budget``: for the steps its budget takes, rather than the job's)."""
     c = f.candidate
     chosen = {"batch_size": c.per_device_batch, "global_batch": None, "base_batch": None,
               "accumulate": c.accumulate, "sync": c.variant.name,
@@ -47,13 +47,17 @@ def run_options(f: Forecast, job: dict[str, Any], here: bool = True,
             chosen["threads"] = threads
     if f.warmup_steps:
         chosen["warmup_steps"] = f.warmup_steps
+    if budget and f.timing is not None:
+        chosen.update(steps=int(f.timing.steps), epochs=None)
     return {**job, **chosen}
 
 
-def flags(f: Forecast, here: bool, threads: int | None = None) -> str:
+def flags(f: Forecast, here: bool, threads: int | None = None, budget: bool = False) -> str:
     """What advise chose, as train's flags."""
     c = f.candidate
     parts = [f"--workers {c.devices}"] if here else []
+    if budget and f.timing is not None:
+        parts.append(f"--steps {int(f.timing.steps)}")
     if here and threads is not None:
         parts.append(f"--threads {threads}")
     parts += [f"--batch-size {c.per_device_batch}"]
@@ -123,7 +127,8 @@ def text(advice: Advice, job: dict[str, Any], here: bool) -> str:
     else:
         assert advice.recommended is not None
         lines.append(f"recommended (fastest to the goal): {describe(advice.recommended, advice)}")
-        lines.append("  " + command(advice.recommended, job, here, basis.threads))
+        lines.append("  " + command(advice.recommended, job, here, basis.threads,
+                                    basis.stats.budget_samples is not None))
         if advice.assumed is not None:
             lines.append("possibly faster, if it needs no more steps than synchronous SGD "
                          "(its steps are assumed, not modelled; --verify measures it): "
@@ -136,10 +141,12 @@ def text(advice: Advice, job: dict[str, Any], here: bool) -> str:
     return "\n".join(lines)
 
 
-def command(f: Forecast, job: dict[str, Any], here: bool, threads: int | None = None) -> str:
+def command(f: Forecast, job: dict[str, Any], here: bool, threads: int | None = None,
+            budget: bool = False) -> str:
     """The command that runs ``f``: here, with its workers; on a cluster, as each of its ranks
     runs it (under torchrun or srun, or ``parascale slurm train``)."""
-    line = f"parascale train {_job_flags(job)} {flags(f, here, threads)}"
+    shown = {k: v for k, v in job.items() if not (budget and k in ("epochs", "steps"))}
+    line = f"parascale train {_job_flags(shown)} {flags(f, here, threads, budget)}"
     return line if here else f"on {f.candidate.devices} devices, each rank: {line}"
 
 
@@ -167,8 +174,9 @@ def to_dict(advice: Advice, job: dict[str, Any], here: bool) -> dict[str, Any]:
     def chosen(f: Forecast | None) -> dict[str, Any] | None:
         if f is None:
             return None
-        return {**f.to_dict(), "train": run_options(f, job, here, basis.threads),
-                "command": command(f, job, here, basis.threads)}
+        budget = basis.stats.budget_samples is not None
+        return {**f.to_dict(), "train": run_options(f, job, here, basis.threads, budget),
+                "command": command(f, job, here, basis.threads, budget)}
 
     basis = advice.basis
     return {"schema": SCHEMA, "subject": basis.subject, "goal": advice.goal,

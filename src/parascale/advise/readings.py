@@ -94,6 +94,11 @@ def fit_compute(probes: list[RunRecord], other: float) -> tuple[Work, Input]:
     points = sorted((b, median(ts)) for b, ts in by_batch.items())
     xs, ys = [float(b) for b, _ in points], [t for _, t in points]
     shown = ", ".join(f"b={b}: {t * 1e3:.3g} ms" for b, t in points)
+    busy = [r for r in probes if r.get("machine", "busy") is True]
+    if busy:
+        other = max((r.get("machine", "other_cores") or 0.0) for r in busy)
+        shown += (f"; {len(busy)} on a busy machine, other programs using up to {other:.2f} "
+                  "cores")
     if len(points) >= 2:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / \
@@ -264,6 +269,21 @@ def memory_of(pilot: RunRecord | None, opts: Options, flat: dict[str, Any],
                           "--activations-per-sample" if opts.activations_per_sample is not None
                           else "not known: none counted (a run here measures them)"))
     return Memory(params, per, acts, 0.0, budget)
+
+
+def memory_check(memory: Memory, probes: list[RunRecord]) -> Figure | None:
+    """The memory model against one probe: the largest probe's peak beside what the model
+    (the pilot's split and overhead) says a device holds at its batch."""
+    measured = [(r.get("derived", "per_device_batch"), r.get("memory", "peak_bytes_per_rank"))
+                for r in probes]
+    measured = [(b, p[0]) for b, p in measured if isinstance(b, int) and p and p[0]]
+    if not measured:
+        return None
+    batch, peak = max(measured)
+    predicted = memory.per_device(0, 1, batch)
+    return Figure("memory check", f"{predicted / 2**20:,.0f} MiB predicted, {peak / 2**20:,.0f} "
+                  f"MiB measured at b={batch} ({predicted / peak - 1:+.0%})", "", "measured",
+                  "the largest probe's peak resident memory against the model at its batch")
 
 
 # -- statistics ------------------------------------------------------------------------------
