@@ -37,6 +37,13 @@ def test_non_finite_float_option_is_one_line(capsys, tmp_path, option, value):
     assert_refused(capsys, tmp_path, option, value, words=(option, "finite", value))
 
 
+@pytest.mark.parametrize("value", ["1e-300", "0.0001"])
+def test_a_peak_below_any_device_is_one_line(capsys, tmp_path, value):
+    """Its MFU would print hundreds of digits: a device that trains does 1 GFLOP/s or more."""
+    assert_refused(capsys, tmp_path, "--peak-tflops", value,
+                   words=("--peak-tflops must be at least 0.001 (1 GFLOP/s)", f"got {value}"))
+
+
 def test_every_float_field_is_checked_for_being_finite():
     floats = [name for name, (kind, _) in field_kinds().items() if kind is float]
     assert {"lr", "momentum", "timeout", "warmup_epochs"} <= set(floats)

@@ -8,10 +8,15 @@ strategies from importing a module that imports them (tests/test_layers.py).
 from __future__ import annotations
 
 from parascale import config, sync
-from parascale.runtime import memory_cap
 from parascale.config import TrainConfig
+from parascale.errors import UsageError
+from parascale.runtime import memory_cap
 
 __all__ = ["validate"]
+
+#: TFLOP/s: a device slower than 1 GFLOP/s trains nothing, so a peak below it is a typo, whose
+#: utilisation would print hundreds of digits
+MIN_PEAK_TFLOPS = 1e-3
 
 
 def validate(cfg: TrainConfig) -> None:
@@ -21,6 +26,9 @@ def validate(cfg: TrainConfig) -> None:
     passes is settled in place: its strategy, the default when it names none, and every
     option of it are named (:func:`parascale.sync.settle`), as its record will state them."""
     config.check_fields(cfg)
+    if cfg.peak_tflops is not None and cfg.peak_tflops < MIN_PEAK_TFLOPS:
+        raise UsageError(f"--peak-tflops must be at least {MIN_PEAK_TFLOPS:g} (1 GFLOP/s), got "
+                         f"{cfg.peak_tflops:g}")
     sync.validate(cfg)
     config.check_combinations(cfg)
     memory_cap.check_helpers(cfg.device_memory, str(cfg.sync),

@@ -169,6 +169,13 @@ class Strategy:
         return 0
 
     @classmethod
+    def refuse_model(cls, cfg: TrainConfig, model: nn.Module, workers: int) -> str | None:
+        """Why this strategy cannot train ``model`` on ``workers`` workers, in one line that
+        says what would do instead, or None. Asked before any worker starts, of the model as
+        the launcher builds it to check it."""
+        return None
+
+    @classmethod
     def replicas_per_device(cls, cfg: TrainConfig) -> int:
         """Model replicas a device trains at once, each on its own ``--batch-size``: a device
         takes this many batches a step (1 while the count is still to be resolved)."""
@@ -278,6 +285,13 @@ class Strategy:
         """The whole model's state_dict for model.pt, on rank 0 after ``finish`` (a sharded
         strategy gathers it in ``finish``, which every rank calls)."""
         return self.local_module().state_dict()
+
+    @property
+    def evaluates_in_lockstep(self) -> bool:
+        """Forward communicates (FSDP gathers each unit's parameters in it), so every rank
+        must make as many forward passes in evaluation as every other (training/evaluate.py
+        gives the ranks with fewer batches passes whose figures it drops)."""
+        return False
 
     def before_evaluation(self) -> None:
         """Make buffers (batch-norm statistics) agree across ranks before evaluating.

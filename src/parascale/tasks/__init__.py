@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parascale.config import OPTIMIZERS
+from parascale.config import NOT_WITH_TASK, OPTIMIZERS, TrainConfig
 from parascale.errors import UsageError
 from parascale.tasks.base import (LOSS, NAME_CHARACTERS, Metric, Task, build_optimizer, check_name,
                                    name_problem, samples_in)
@@ -26,10 +26,12 @@ __all__ = [
     "build_optimizer",
     "check_name",
     "check_target",
+    "config_of_record",
     "directions",
     "name_problem",
     "preflight",
     "prepare",
+    "recorded_config",
     "samples_in",
 ]
 
@@ -62,8 +64,9 @@ def prepare(cfg) -> tuple[Task, DataBundle]:
     return _user(cfg)
 
 
-def preflight(cfg) -> dict[str, Any]:
-    """A user's task loaded, checked and tried on two samples; the facts the plan needs."""
+def preflight(cfg, workers: int = 1) -> dict[str, Any]:
+    """A user's task loaded, checked and tried on two samples, its model asked of the strategy
+    on ``workers`` workers; the facts the plan needs."""
     from parascale import sync
     from parascale.tasks import load, tryout
 
@@ -73,7 +76,10 @@ def preflight(cfg) -> dict[str, Any]:
         raise UsageError(f"--val-fraction {cfg.val_fraction:g} holds out {len(bundle.val)} of "
                          f"the {len(bundle.val)} samples of train_data, which leaves 0 to train "
                          "on; give a smaller --val-fraction, or more data")
-    tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
+    model = tryout.run(task, call, bundle.train, bundle.test, cfg.lr)
+    refused = sync.strategy_of(cfg).refuse_model(cfg, model, workers)
+    if refused:
+        raise UsageError(f"{call}: {refused}")
     traits = sync.traits_of(cfg.sync)
     if task.optimizer is not None and traits.optimizer is not None:
         raise UsageError(f"{call}: brings its own optimizer, which --sync {cfg.sync} cannot "
@@ -113,3 +119,21 @@ def check_target(cfg, directions: dict[str, bool] | None = None) -> None:
             "--target-accuracy: 'accuracy'"
         raise UsageError(f"{given} is not a metric of this task; its metrics: "
                          f"{', '.join(directions)}")
+
+
+def recorded_config(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as a record's ``config`` states it: under ``--task``, the built-in model and data
+    options (``config.NOT_WITH_TASK``) null, for the task brought its own model and data and a
+    reader must not be told that the defaults (smallcnn on digits) ran. ``task`` names it."""
+    settings = cfg.to_dict()
+    if cfg.task is not None:
+        settings.update(dict.fromkeys(NOT_WITH_TASK))
+    return settings
+
+
+def config_of_record(config: dict[str, Any]) -> TrainConfig:
+    """The configuration a record's ``config`` states (:func:`recorded_config` undone: a
+    task's null built-in options are their defaults again, which it left untouched)."""
+    if config.get("task") is not None:
+        config = {k: v for k, v in config.items() if k not in NOT_WITH_TASK or v is not None}
+    return TrainConfig.from_dict(config)

@@ -28,6 +28,7 @@ from parascale.config import TrainConfig
 from parascale.errors import NoSpace
 from parascale.runtime import contract, launch, memory_cap, open_store
 from parascale.runtime.staging import produce
+from parascale.tasks import recorded_config
 from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint import resume
 from parascale.training.launch.preflight import threads_per_worker
@@ -148,7 +149,7 @@ def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[st
     else:
         (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
         record = runrecord.failed(
-            {**resolved.to_dict(), "out": cfg.out}, outcome.status, outcome.message,
+            {**recorded_config(resolved), "out": cfg.out}, outcome.status, outcome.message,
             job.plan.record_section() if job.plan else None, detail=outcome.detail,
             restarts=restarts, resumed=[job.choice.entry()] if job.choice else None,
             script=job.script).to_dict()

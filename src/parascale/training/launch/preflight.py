@@ -81,7 +81,7 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
     derive(cfg, size, replicas=replicas)  # a batch that does not divide, before the data is read
     # built once per data set in this process, and handed to the local workers (data.handover)
     facts = data.prepare(cfg, keep=not external_launcher()) if cfg.task is None \
-        else _user_task(cfg, memo)
+        else _user_task(cfg, size, memo)
     plan = make_plan(cfg, size, facts["train"], facts["test"], replicas=replicas)
     if plan.steps_per_epoch == 0:
         raise UsageError(_batch_too_large(cfg, plan, size))
@@ -92,21 +92,30 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
         return plan
     num_classes, input_shape = facts["num_classes"], facts["input_shape"]
     sizes = models.options(cfg)
-    model_key = json.dumps(["model", cfg.model, num_classes, input_shape, sizes])
+    model_key = json.dumps(["model", cfg.model, num_classes, input_shape, sizes, cfg.sync,
+                            size > 1])
     if model_key not in memo:
         model = models.build(cfg.model, num_classes, input_shape, **sizes)
         models.probe(model, input_shape, num_classes)
-        memo[model_key] = True
+        memo[model_key] = model_refusal(cfg, model, size)
+    if memo[model_key]:
+        raise UsageError(memo[model_key])
     return plan
 
 
-def _user_task(cfg: TrainConfig, memo: dict) -> dict[str, Any]:
+def model_refusal(cfg: TrainConfig, model, size: int) -> str | None:
+    """Why the run's strategy cannot train ``model`` on ``size`` workers (FSDP cannot shard
+    it), or None: said here, before any worker starts, not by every worker."""
+    return sync.strategy_of(cfg).refuse_model(cfg, model, size)
+
+
+def _user_task(cfg: TrainConfig, size: int, memo: dict) -> dict[str, Any]:
     """A user's task loaded, checked and tried on two samples, once per configuration of the
     things it depends on (a study checks many configurations of one task)."""
     key = json.dumps(["task", cfg.task, cfg.seed, cfg.val_fraction, cfg.target_metric,
-                      cfg.target_accuracy, cfg.sync])
+                      cfg.target_accuracy, cfg.sync, size > 1])
     if key not in memo:
-        memo[key] = tasks.preflight(cfg)
+        memo[key] = tasks.preflight(cfg, size)
     return memo[key]
 
 

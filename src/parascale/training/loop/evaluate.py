@@ -47,8 +47,9 @@ def _same(a: tuple, b: tuple) -> bool:
 
 @torch.no_grad()
 def _totals(task: Task, model: nn.Module, split, batches: Sequence, device: torch.device,
-            autocast: Callable) -> torch.Tensor:
-    """Each metric's sum over the given index batches of ``split``, then the sample count."""
+            autocast: Callable, extra: int = 0) -> torch.Tensor:
+    """Each metric's sum over the given index batches of ``split``, then the sample count;
+    ``extra`` more passes over the split's first sample whose figures are dropped."""
     metrics = task.all_metrics()
     was_training = model.training
     model.eval()
@@ -60,6 +61,11 @@ def _totals(task: Task, model: nn.Module, split, batches: Sequence, device: torc
         for i, value in enumerate(values):
             totals[i] += torch.as_tensor(value, device=device).detach().double().reshape(()) * n
         totals[-1] += n
+    for batch in split.batches([torch.arange(1)] * extra, device, train=False):
+        once = _Once(model)
+        with autocast():  # the forward passes a counted batch makes, its figures dropped
+            for m in metrics:
+                m.fn(once, batch)
     model.train(was_training)
     return totals
 
@@ -70,14 +76,19 @@ def _means(task: Task, totals: torch.Tensor) -> dict[str, float]:
 
 
 def evaluate(task: Task, model: nn.Module, split, world: World, batch: int,
-             autocast: Callable) -> dict[str, float]:
+             autocast: Callable, lockstep: bool = False) -> dict[str, float]:
     """Each metric (the loss first) over the whole split, every sample counted exactly once.
 
     Runs on the plain module, not the DDP wrapper: evaluation needs no gradient hooks, and ranks
-    may have different numbers of batches here (shards differ by one sample).
+    may have different numbers of batches here (shards differ by one sample). ``lockstep``:
+    forward communicates (FSDP gathers each unit's parameters in it), so a rank with fewer
+    batches makes as many forward passes as the rank with the most, on a sample of its own
+    whose figures are dropped.
     """
-    totals = _totals(task, model, split, eval_shard(len(split), world.size, world.rank, batch),
-                     world.device, autocast)
+    mine = eval_shard(len(split), world.size, world.rank, batch)
+    most = max(len(eval_shard(len(split), world.size, r, batch)) for r in range(world.size)) \
+        if lockstep else len(mine)
+    totals = _totals(task, model, split, mine, world.device, autocast, most - len(mine))
     dist.all_reduce(totals)
     return _means(task, totals)
 

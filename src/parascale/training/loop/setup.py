@@ -20,6 +20,7 @@ from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint import resume, state
 from parascale.training.checkpoint.resume import Choice
 from parascale.training.checkpoint.writer import CheckpointWriter
+from parascale.training.loop import building
 from parascale.training.loop.lines import banner
 from parascale.training.loop.pruning import TrialPruner
 from parascale.training.loop.run import Run
@@ -34,9 +35,8 @@ from parascale.training.observe.tensorboard import open_tensorboard
 from parascale.training.record.progress import Progress
 
 
-def build_model(cfg: TrainConfig, task: tasks.Task, device: torch.device) -> nn.Module:
-    torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-    model = task.model().to(device)
+def build_model(cfg: TrainConfig, task: tasks.Task, world: World) -> nn.Module:
+    model = building.build_model(cfg, world, task.model)  # sharded parameters: without storage
     if cfg.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if cfg.compile:
@@ -63,14 +63,14 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     # the checkpoint this attempt continues from, and what it holds
     resumed = (choice, checkpoint.load(Path(choice.path))) if choice is not None else None
     original = cfg
-    resolved = kind.resolve(cfg, world, bundle, lambda: build_model(original, task, device),
+    resolved = kind.resolve(cfg, world, bundle, lambda: build_model(original, task, world),
                             resumed[1]["progress"] if resumed is not None else None)
     cfg, tuning_s = resolved.cfg, resolved.seconds
     if pending:  # the plan of the setting now decided
         plan = plan_for(cfg, world, bundle, None)
     strategy = sync.build(cfg, world)
     strategy.adopt(resolved)
-    model = build_model(cfg, task, device)
+    model = build_model(cfg, task, world)
     measured = flops.measure(cfg, world, plan.derived.per_device_batch, bundle.train, model,
                              task.loss)
     net = strategy.wrap(model)

@@ -106,7 +106,7 @@ def run_epoch(run: Run, epoch: int,
             if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
                 entry.metrics.update({f"{name}_{metric}": value for metric, value in evaluate(
                     run.task, run.strategy.local_module(), split, world, max(per_device, 256),
-                    lambda: _autocast(cfg, device)).items()})
+                    lambda: _autocast(cfg, device), run.strategy.evaluates_in_lockstep).items()})
     entry.elapsed_s = time.perf_counter() - progress.t_start
     return entry, rows
 

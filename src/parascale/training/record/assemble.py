@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parascale import flops, runrecord, safejson
+from parascale import flops, runrecord, safejson, tasks
 from parascale import record as rec
 from parascale.batch import Plan
 from parascale.config import TrainConfig
@@ -67,7 +67,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
     steady = steady_figures(epochs, rows, summary.steady.source, plan.steps_per_epoch,
                             plan.derived.global_batch)
     record = runrecord.finished(
-        config={**cfg.to_dict(), "workers": world.size},
+        config={**tasks.recorded_config(cfg), "workers": world.size},
         derived={**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
                  "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()},
         task=summary.task,
