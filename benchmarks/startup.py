@@ -86,7 +86,7 @@ def plain_loop(batch: int, epochs: int) -> float:
     from parascale.config import TrainConfig
 
     torch.set_num_threads(os.cpu_count() or 1)  # what one parascale worker gets: every core
-    split = data.build(TrainConfig(model="lenet", dataset="digits", image_size=28)).train
+    split = data.build(TrainConfig.of(model="lenet", dataset="digits", image_size=28)).train
     torch.manual_seed(0)
     model = models.build("lenet", 10, (1, 28, 28))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

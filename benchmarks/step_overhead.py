@@ -39,8 +39,8 @@ def main() -> None:
                        "PARASCALE_WORLD_SIZE": "1", "PARASCALE_LOCAL_RANK": "0",
                        "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
     torch.set_num_threads(1)
-    cfg = TrainConfig(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
-                      lr=0.05, save_model=False, out=None, threads=1)
+    cfg = TrainConfig.of(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
+                         lr=0.05, save_model=False, out=None, threads=1)
     with joined("cpu", "gloo", None, 60, True) as world:
         run = setup.set_up(cfg, world, None)  # no plan handed over: the worker makes its own
         train = run.bundle.train

@@ -126,7 +126,7 @@ def test_a_shard_that_cannot_be_read_is_named_and_the_one_before_is_used(tmp_pat
     """Its checksum matches (the manifest was written again), yet DCP could not read it: the
     resume names it and continues from the checkpoint before, as for any other damage."""
     folder = checkpoint.folder_of(tmp_path)
-    cfg = TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
     written(folder, 3)
     damaged = written(folder, 6)
     shard = damaged.path / "__0_0.distcp"
@@ -165,12 +165,12 @@ def test_a_folder_that_does_not_fit_is_one_line_and_the_one_before_stays(small_d
 
 
 def _cfg(**options) -> TrainConfig:
-    return TrainConfig(out="x", global_batch=32, **options)
+    return TrainConfig.of(out="x", global_batch=32, **options)
 
 
 def test_a_sharded_or_whole_checkpoint_resumes_on_another_worker_count():
     manifest = {"world_size": 2, "config": _cfg(sync="zero", workers=2).to_dict(),
-                "files": {"run.pt": {}}, "global_batch": 32, "effective_lr": TrainConfig().lr,
+                "files": {"run.pt": {}}, "global_batch": 32, "effective_lr": TrainConfig().optim.lr,
                 "step": 6}
     assert resume.mismatch(manifest, _cfg(sync="zero", workers=1), 1, 12) is None
     assert resume.mismatch({**manifest, "config": _cfg(sync="fsdp").to_dict()},
@@ -179,7 +179,7 @@ def test_a_sharded_or_whole_checkpoint_resumes_on_another_worker_count():
     per_device = {**manifest, "config": {**manifest["config"], "global_batch": None,
                                          "batch_size": 16}}
     assert "global batch of 32 and this run's on 1 worker(s) is 16; give --global-batch 32" in \
-        resume.mismatch(per_device, TrainConfig(sync="zero", batch_size=16), 1, 12)
+        resume.mismatch(per_device, TrainConfig.of(sync="zero", batch_size=16), 1, 12)
     # allreduce keeps the whole state once; local SGD's replicas are each rank's own
     whole = {**manifest, "config": _cfg(sync="allreduce").to_dict()}
     whole.pop("files")

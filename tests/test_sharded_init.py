@@ -186,7 +186,7 @@ def world_of(size: int) -> World:
 
 def test_the_strategys_traits_decide_what_is_built_without_storage(capsys):
     factory = factory_of("mlp")
-    fsdp, allreduce = TrainConfig(sync="fsdp"), TrainConfig(sync="allreduce")
+    fsdp, allreduce = TrainConfig.of(sync="fsdp"), TrainConfig.of(sync="allreduce")
     assert all(p.is_meta for p in building.build_model(fsdp, world_of(2), factory).parameters())
     for cfg, size in ((fsdp, 1), (allreduce, 2)):  # one worker holds every shard anyway
         assert not any(p.is_meta for p in building.build_model(cfg, world_of(size),
@@ -195,7 +195,7 @@ def test_the_strategys_traits_decide_what_is_built_without_storage(capsys):
 
 
 def test_a_model_that_cannot_be_replayed_is_built_whole_saying_why_in_one_line(capsys):
-    model = building.build_model(TrainConfig(sync="fsdp", seed=3), world_of(2),
+    model = building.build_model(TrainConfig.of(sync="fsdp", seed=3), world_of(2),
                                  lambda: ReadsValues(10, (1, 4, 4)))
     torch.manual_seed(3)
     assert torch.equal(model.a.weight, ReadsValues(10, (1, 4, 4)).a.weight)
@@ -225,15 +225,15 @@ def test_tied_units_are_sharded_as_one_group_and_one_tied_to_the_rest_is_left_to
 
 
 def test_a_model_fsdp_cannot_shard_is_refused_before_any_worker_starts():
-    cfg = TrainConfig(sync="fsdp", model="test_sharded_init:mixed_dtypes", steps=1)
+    cfg = TrainConfig.of(sync="fsdp", model="test_sharded_init:mixed_dtypes", steps=1)
     with pytest.raises(UsageError) as caught:
         preflight(cfg, 2)
     assert str(caught.value) == (
         "--sync fsdp cannot shard Sequential: its parameters mix dtypes (torch.float32, "
         "torch.int64); FSDP shards a unit's parameters as one flat buffer of one dtype; change "
         "the model, or use --sync zero, which shards the optimizer state alone")
-    preflight(TrainConfig(model=cfg.model, steps=1), 2)  # allreduce: nothing to refuse
-    preflight(TrainConfig(sync="fsdp", model=cfg.model, steps=1), 1)  # nothing is sharded
+    preflight(TrainConfig.of(model=cfg.job.model, steps=1), 2)  # allreduce: nothing to refuse
+    preflight(TrainConfig.of(sync="fsdp", model=cfg.job.model, steps=1), 1)  # nothing is sharded
 
 
 # --- real workers -----------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def body():
     report = {}
     with joined("cpu", "gloo", None, 120.0, teardown=False) as world:
         for name in models.names():
-            cfg = TrainConfig(sync="fsdp", seed=7)
+            cfg = TrainConfig.of(sync="fsdp", seed=7)
             sync.validate(cfg)
             model = build_model(cfg, world, factory_of(name))
             meta = all(p.is_meta for p in model.parameters())

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from parascale.config import TrainConfig
+from parascale.config import EvaluationConfig, OptimConfig
 from parascale.runrecord import EpochEntry
 from parascale.tasks import Metric, Task, build_optimizer, samples_in
 from parascale.tasks.builtin import accuracy, cross_entropy
@@ -59,15 +59,14 @@ def test_a_batch_counts_the_samples_of_its_first_tensor():
 def test_a_target_is_reached_in_its_metrics_direction():
     task = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0,
                 metrics=[Metric("mae", lambda n, b: 0, False)])
-    cfg = TrainConfig(target_metric="mae", target_value=0.3)
+    cfg = EvaluationConfig(target_metric="mae", target_value=0.3)
     directions = task.directions()
     above = time_to_target(cfg, directions, entry(1, test_mae=0.4), None)
     assert above["reached"] is False and above["metric"] == "mae"
     below = time_to_target(cfg, directions, entry(2, test_mae=0.3), above)
     assert below == {"target": 0.3, "metric": "mae", "higher_is_better": False,
                      "reached": True, "split": "test", "epoch": 2, "elapsed_s": 2.0}
-    loss = TrainConfig(target_metric="loss", target_value=1.9, evaluate_test=False,
-                       val_fraction=0.2)
+    loss = EvaluationConfig(target_metric="loss", target_value=1.9, evaluate_test=False)
     assert time_to_target(loss, directions, entry(1, val_loss=1.8), None)["reached"]
 
 
@@ -81,9 +80,9 @@ def test_the_optimizer_is_the_tasks_own_or_the_chosen_one():
     params = list(nn.Linear(2, 1).parameters())
     own = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0,
                optimizer=lambda p, lr: torch.optim.RMSprop(p, lr=lr))
-    assert isinstance(build_optimizer(own, TrainConfig(lr=0.3), params), torch.optim.RMSprop)
+    assert isinstance(build_optimizer(own, OptimConfig(lr=0.3), params), torch.optim.RMSprop)
     plain = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0)
-    adamw = build_optimizer(plain, TrainConfig(optimizer="adamw", weight_decay=0.01), params)
+    adamw = build_optimizer(plain, OptimConfig(optimizer="adamw", weight_decay=0.01), params)
     assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["weight_decay"] == 0.01
-    sgd = build_optimizer(plain, TrainConfig(momentum=0.8), params)
+    sgd = build_optimizer(plain, OptimConfig(momentum=0.8), params)
     assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["momentum"] == 0.8

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow  # every test here starts worker processes
 def local_accuracy(cfg: TrainConfig, state: dict) -> tuple[float, int]:
     """Accuracy of the saved model over the whole test set, in this one process."""
     bundle = data.build(cfg)
-    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
+    model = models.build(cfg.job.model, bundle.num_classes, bundle.input_shape)
     model.load_state_dict(state)
     model.eval()
     index = torch.arange(len(bundle.test))
@@ -28,7 +28,7 @@ def test_accuracy_over_uneven_shards_equals_single_process_accuracy(train_run):
                    model="mlp", workers=3, batch_size=8, epochs=2, lr=0.05)
     record, state = train_run(**options)
     assert record["derived"]["test_samples"] == 101
-    accuracy, count = local_accuracy(TrainConfig(**options), state)
+    accuracy, count = local_accuracy(TrainConfig.of(**options), state)
     assert count == 101
     assert record["summary"]["final_test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 

@@ -197,7 +197,7 @@ def measure(cfg, world, per_device_batch: int, split, model: torch.nn.Module, lo
         per_device = count_step(getattr(model, "_orig_mod", model), batch, loss)
     except Exception as exc:  # noqa: BLE001 - a model the counter cannot follow still trains
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    mine = peak(world.device, cfg.precision, cfg.peak_tflops)
+    mine = peak(world.device, cfg.strategy.precision, cfg.measure.peak_tflops)
     devices: list[dict] = [{}] * world.size
     dist.all_gather_object(devices, mine)
     return {"per_device": per_device, "devices": devices, "error": error}

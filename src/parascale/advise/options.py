@@ -229,7 +229,7 @@ def validate(opts: Options) -> Any:
     _goal(opts, target)
     _given(opts)
     _space(opts)
-    if cfg.task is None:
+    if cfg.job.task is None:
         from parascale import tasks
 
         tasks.check_target(cfg)

@@ -98,7 +98,7 @@ def stamp(cfg: TrainConfig) -> list:
 def build(cfg: TrainConfig) -> DataBundle:
     ids, vocab = encode(corpus())
     cut = int(len(ids) * TRAIN_FRACTION)
-    context = cfg.context
+    context = cfg.data.context
     return DataBundle(name="shakespeare", train=TokenSplit(ids[:cut], context),
                       test=TokenSplit(ids[cut:], context), num_classes=len(vocab),
                       input_shape=(context,))

@@ -144,7 +144,7 @@ class Strategy:
     @classmethod
     def settings_of(cls, cfg: TrainConfig) -> Any:
         """``cfg``'s settings of this strategy (its options, typed)."""
-        return cls.Settings.of(cfg.sync_options)
+        return cls.Settings.of(cfg.strategy.sync_options)
 
     @classmethod
     def refuse(cls, cfg: TrainConfig) -> str | None:
@@ -221,7 +221,7 @@ class Strategy:
         self.cfg = cfg
         self.world = world
         #: this run's options, typed: an instance of the strategy's ``Settings``
-        self.settings = self.Settings.of(cfg.sync_options)
+        self.settings = self.Settings.of(cfg.strategy.sync_options)
         #: bytes this rank sends per optimizer step, where the strategy knows it
         self.bytes_per_step: int | None = None
         #: who is shown this rank's own gradients before the exchange (``watch_gradients``)

@@ -142,10 +142,10 @@ class FSDP(Strategy):
         stage = cls.settings_of(cfg).stage
         if stage not in (2, 3):
             return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
-        if cfg.clip_grad_norm is not None:
+        if cfg.optim.clip_grad_norm is not None:
             return ("--sync fsdp shards the gradients: each rank's norm is of its shard alone, "
                     "so --clip-grad-norm would clip by the wrong norm; leave it out")
-        if cfg.precision == "fp16":
+        if cfg.strategy.precision == "fp16":
             return ("--sync fsdp runs mixed precision in bf16 (fp16 would need a sharded "
                     "gradient scaler); use --precision bf16")
         return None
@@ -177,7 +177,7 @@ class FSDP(Strategy):
             raise KnownFailure(_refusal(plain, why))
         mesh = device_mesh.init_device_mesh(self.world.device.type, (n,))
         kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
-        if self.cfg.precision == "bf16":  # GPUs and CPU workers alike; the reduction stays fp32
+        if self.cfg.strategy.precision == "bf16":  # GPUs and CPU workers; the reduction in fp32
             kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         try:
@@ -225,7 +225,7 @@ class FSDP(Strategy):
     def finish(self) -> None:
         """Gather the whole model for model.pt (collective; rank 0 keeps it), where the run
         writes one: rank 0 then holds the whole model, which a run without one never does."""
-        if not self._fsdp_modules() or not self.cfg.save_model:
+        if not self._fsdp_modules() or not self.cfg.output.save_model:
             return
         from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                              get_model_state_dict)

@@ -17,6 +17,8 @@ from parascale.runrecord import Unit, task_section
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from parascale.config import OptimConfig
 else:  # names and target checks run without torch (the command line's first errors)
     torch = lazy.module("torch", globals())
 
@@ -134,20 +136,21 @@ class Task:
                             self.judged_by().name)
 
 
-def build_optimizer(task: Task, cfg, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def build_optimizer(task: Task, optim: OptimConfig,
+                    params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """The task's own optimizer, or ``--optimizer`` with its settings."""
     params = list(params)
     if task.optimizer is not None:
-        return task.optimizer(params, cfg.lr)
-    if cfg.optimizer == "adamw":
+        return task.optimizer(params, optim.lr)
+    if optim.optimizer == "adamw":
         # decay the weight matrices and embeddings only, not gains and biases (GPT-2, nanoGPT)
         groups: list[dict[str, Any]] = [
             {"params": [p for p in params if p.dim() >= 2]},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr,
-                                 betas=(0.9, cfg.adam_beta2), weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=optim.lr,
+                                 betas=(0.9, optim.adam_beta2), weight_decay=optim.weight_decay)
+    return torch.optim.SGD(params, lr=optim.lr, momentum=optim.momentum,
+                           weight_decay=optim.weight_decay)
 
 
 def samples_in(batch: Any) -> int:

@@ -22,15 +22,15 @@ MAP_FROM = 128 << 10
 
 def shards_parameters(cfg, world: World) -> bool:
     """Whether this run's strategy keeps only a part of the parameters on each rank."""
-    return world.size > 1 and "params" in sync.traits_of(cfg.sync).shards
+    return world.size > 1 and "params" in sync.traits_of(cfg.strategy.sync).shards
 
 
 def build_model(cfg, world: World, factory: Callable[[], nn.Module]) -> nn.Module:
-    """``factory()`` after ``torch.manual_seed(cfg.seed)`` (identical initial parameters on
+    """``factory()`` after ``torch.manual_seed(cfg.job.seed)`` (identical initial parameters on
     every rank, and on any number of ranks): on the meta device with its recipe where the
     strategy shards the parameters and the construction can be replayed, else whole on this
     rank's device (rank 0 says why, in one line)."""
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.job.seed)
     if shards_parameters(cfg, world):
         if world.device.type == "cpu":
             map_large_buffers(MAP_FROM)
@@ -40,8 +40,8 @@ def build_model(cfg, world: World, factory: Callable[[], nn.Module]) -> nn.Modul
             model = factory()
             if world.is_main:
                 size = sum(p.numel() * p.element_size() for p in model.parameters())
-                print(f"parascale: --sync {cfg.sync} builds {type(model).__name__} whole on "
-                      f"every rank, then shards it ({exc}): each rank holds all of its "
+                print(f"parascale: --sync {cfg.strategy.sync} builds {type(model).__name__} whole "
+                      f"on every rank, then shards it ({exc}): each rank holds all of its "
                       f"parameters ({size / 2**20:,.0f} MiB) until then", flush=True)
             return model.to(world.device)
     return factory().to(world.device)

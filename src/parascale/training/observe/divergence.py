@@ -132,15 +132,16 @@ def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_step
     reduced precision; the advice leaves out what is not set (no warm-up to lengthen, no
     momentum to lower).
     """
+    optim, precision, momentum = cfg.optim, cfg.strategy.precision, cfg.optim.momentum
     epoch, within = (step - 1) // steps_per_epoch + 1, (step - 1) % steps_per_epoch + 1
     settings = [f"epoch {epoch}" + (f" (its step {within})" if epoch > 1 else ""),
                 f"learning rate {rate:g}"]
     tries = []
-    if cfg.precision == "fp16":
+    if precision == "fp16":
         tries.append("--precision bf16 (fp16 overflows above 65504)")
-    scaled = derived.effective_lr > cfg.lr
-    if cfg.lr_scaling != "none":
-        settings[-1] += (f" ({cfg.lr_scaling} scaling of --lr {cfg.lr:g} from batch "
+    scaled = derived.effective_lr > optim.lr
+    if optim.lr_scaling != "none":
+        settings[-1] += (f" ({optim.lr_scaling} scaling of --lr {optim.lr:g} from batch "
                          f"{derived.base_batch} to {derived.global_batch} gives "
                          f"{derived.effective_lr:g})")
     if not warmup_steps:
@@ -151,17 +152,17 @@ def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_step
         settings.append(f"in warm-up (step {step} of {warmup_steps})")
         tries.append("a longer --warmup-epochs")
     else:
-        settings.append(f"after {cfg.warmup_epochs:g} warm-up epoch(s)")
-    if scaled and cfg.lr_scaling == "linear":
+        settings.append(f"after {optim.warmup_epochs:g} warm-up epoch(s)")
+    if scaled and optim.lr_scaling == "linear":
         tries.append("--lr-scaling sqrt")
-    tries.append(f"a lower --lr (now {cfg.lr:g})")
-    if cfg.momentum > 0:
-        settings.append(f"momentum {cfg.momentum:g} (steps up to {1 / (1 - cfg.momentum):.3g}x "
-                        "the rate)" if cfg.momentum < 1 else f"momentum {cfg.momentum:g}")
-        tries.append(f"a lower --momentum (now {cfg.momentum:g})")
-    if cfg.precision != "fp32":
-        settings.append(f"precision {cfg.precision}")
-    if cfg.precision == "bf16":
+    tries.append(f"a lower --lr (now {optim.lr:g})")
+    if momentum > 0:
+        settings.append(f"momentum {momentum:g} (steps up to {1 / (1 - momentum):.3g}x the "
+                        "rate)" if momentum < 1 else f"momentum {momentum:g}")
+        tries.append(f"a lower --momentum (now {momentum:g})")
+    if precision != "fp32":
+        settings.append(f"precision {precision}")
+    if precision == "bf16":
         tries.append("--precision fp32")
     return f"{', '.join(settings)}; try {', '.join(tries[:-1])}, or {tries[-1]}" \
         if len(tries) > 1 else f"{', '.join(settings)}; try {tries[0]}"
