@@ -57,7 +57,7 @@ def refused(capsys, tmp_path, *args: str) -> str:
      "'bleu' is not a metric of this task; its metrics: loss, accuracy"),
     ([*JOB, *CLUSTER, *GIVEN[:4], "--steps-to-target", "90000", *GIVEN[6:]],
      "cannot reach its target within it"),
-    ([*JOB, *CLUSTER, *GIVEN[:6], "--params", "100G", *GIVEN[8:]],
+    ([*JOB, *CLUSTER, *GIVEN[:6], "--params", "10000G", *GIVEN[8:]],
      "no device fits the model even sharded"),
     ([*JOB, *CLUSTER, "--workers", "2", *GIVEN], "contradict each other"),
     ([*JOB, "--gpu", "H100", *GIVEN], "--gpu describes a cluster's devices"),
