@@ -123,11 +123,13 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown job {unknown[0]!r}; the jobs: {', '.join(JOBS)}")
     began = time.monotonic()
+    echo(f"# {os.cpu_count()} cores; load average before {os.getloadavg()[0]:.2f}")
     results = [one(name, args.workers, Path(args.out), args.quiet_machine) for name in names]
     echo("")
     echo(f"advise against an exhaustive study of its space ({args.workers} workers at most, "
          f"one run per configuration, {time.monotonic() - began:.0f} s in all):")
     echo(summary(results))
+    echo(f"# load average after {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--demo", action="store_true")
     args = parser.parse_args()
-    print(f"# {os.cpu_count()} cores; {' '.join(sys.argv)}")
+    print(f"# {os.cpu_count()} cores; {' '.join(sys.argv)}; load average before "
+          f"{os.getloadavg()[0]:.2f}")
     commands(args.pairs)
     study_gap(args.configs)
     throughput(args.rounds)
@@ -134,6 +135,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             took = wall([PY, "-m", "parascale", "demo", "--out", f"{tmp}/demo"])
         print(f"parascale demo  {took:.1f} s")
+    print(f"# load average after {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
