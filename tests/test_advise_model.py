@@ -245,3 +245,21 @@ def test_an_evaluation_spreads_over_the_devices_and_slows_with_contention():
     two = time_to_goal(s, devices=2, batch=10, step_s=0.0, steps=100)
     assert two.time_s == pytest.approx(1.0)  # as measured, on the pilot's 2 devices
     assert one.time_s == pytest.approx(2 / 1.5)  # all of it on one, without the contention
+
+
+def test_a_busy_machines_probes_keep_the_measured_rest_of_the_step():
+    """The probes' other cores are said beside the fit; they are not the step's other work."""
+    from pathlib import Path
+
+    from parascale.advise.readings import fit_compute
+    from parascale.report.load import RunRecord
+    from test_predict_cli import run_record
+
+    probes = []
+    for batch in (16, 32):
+        data = run_record(1, compute=1e-3 * batch / 16, batch=batch, device="cpu")
+        data["machine"] = {"busy": True, "other_cores": 1.4}
+        probes.append(RunRecord(Path(f"b{batch}.json"), "probes", data))
+    work, shown = fit_compute(probes, other=3e-4)
+    assert work.other_s == 3e-4
+    assert work.per_sample_s == pytest.approx(1e-3 / 16) and "1.40 cores" in shown.source

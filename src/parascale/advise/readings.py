@@ -96,8 +96,8 @@ def fit_compute(probes: list[RunRecord], other: float) -> tuple[Work, Input]:
     shown = ", ".join(f"b={b}: {t * 1e3:.3g} ms" for b, t in points)
     busy = [r for r in probes if r.get("machine", "busy") is True]
     if busy:
-        other = max((r.get("machine", "other_cores") or 0.0) for r in busy)
-        shown += (f"; {len(busy)} on a busy machine, other programs using up to {other:.2f} "
+        cores = max((r.get("machine", "other_cores") or 0.0) for r in busy)
+        shown += (f"; {len(busy)} on a busy machine, other programs using up to {cores:.2f} "
                   "cores")
     if len(points) >= 2:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
