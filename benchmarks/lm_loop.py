@@ -37,9 +37,9 @@ def hand(steps: int, threads: int, optimizer: str) -> float:
     from parascale.training.loop.sampling import epoch_order
 
     torch.set_num_threads(threads)
-    cfg = TrainConfig(model="gpt", dataset="shakespeare", context=RECIPE["context"],
-                      gpt_layers=RECIPE["gpt_layers"], gpt_heads=RECIPE["gpt_heads"],
-                      gpt_width=RECIPE["gpt_width"])
+    cfg = TrainConfig.of(model="gpt", dataset="shakespeare", context=RECIPE["context"],
+                         gpt_layers=RECIPE["gpt_layers"], gpt_heads=RECIPE["gpt_heads"],
+                         gpt_width=RECIPE["gpt_width"])
     ids, vocab = text.encode(text.corpus())
     train = ids[:int(len(ids) * text.TRAIN_FRACTION)]
     t, b = RECIPE["context"], RECIPE["batch"]

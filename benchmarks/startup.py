@@ -86,7 +86,7 @@ def plain_loop(batch: int, epochs: int) -> float:
     from parascale.config import TrainConfig
 
     torch.set_num_threads(os.cpu_count() or 1)  # what one parascale worker gets: every core
-    split = data.build(TrainConfig(model="lenet", dataset="digits", image_size=28)).train
+    split = data.build(TrainConfig.of(model="lenet", dataset="digits", image_size=28)).train
     torch.manual_seed(0)
     model = models.build("lenet", 10, (1, 28, 28))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -126,7 +126,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--demo", action="store_true")
     args = parser.parse_args()
-    print(f"# {os.cpu_count()} cores; {' '.join(sys.argv)}")
+    print(f"# {os.cpu_count()} cores; {' '.join(sys.argv)}; load average before "
+          f"{os.getloadavg()[0]:.2f}")
     commands(args.pairs)
     study_gap(args.configs)
     throughput(args.rounds)
@@ -134,6 +135,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             took = wall([PY, "-m", "parascale", "demo", "--out", f"{tmp}/demo"])
         print(f"parascale demo  {took:.1f} s")
+    print(f"# load average after {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

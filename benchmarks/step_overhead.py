@@ -19,11 +19,9 @@ import statistics
 import time
 
 import torch
+from world_of_one import world_of_one
 
 from parascale.config import TrainConfig
-from parascale.runtime import joined
-from parascale.runtime.local import open_store
-from parascale.runtime.world import LOCAL_ENV
 from parascale.training.loop import setup, step
 from parascale.training.observe.measure import LossTally
 
@@ -34,14 +32,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--steps", type=int, default=300)
     args = parser.parse_args()
-    store = open_store()  # loopback only; the world of one joins it as the local launcher's
-    os.environ.update({LOCAL_ENV: str(store.port), "PARASCALE_RANK": "0",
-                       "PARASCALE_WORLD_SIZE": "1", "PARASCALE_LOCAL_RANK": "0",
-                       "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
-    torch.set_num_threads(1)
-    cfg = TrainConfig(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
-                      lr=0.05, save_model=False, out=None, threads=1)
-    with joined("cpu", "gloo", None, 60, True) as world:
+    cfg = TrainConfig.of(model=args.model, dataset="digits", batch_size=32, epochs=10_000,
+                         lr=0.05, save_model=False, out=None, threads=1)
+    with world_of_one() as world:
         run = setup.set_up(cfg, world, None)  # no plan handed over: the worker makes its own
         train = run.bundle.train
         order = [torch.randperm(len(train))[:32] for _ in range(args.steps)]

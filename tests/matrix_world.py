@@ -12,7 +12,6 @@ that the next case starts clean.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -109,7 +108,7 @@ class SharedWorld:
     def _launch(self, run: Run, port: int) -> dict[int, str]:
         """Play the launcher: each rank told what a local launch tells it."""
         size = len(run.processes)
-        resolved = dataclasses.replace(run.cfg, workers=size, out=str(run.out))
+        resolved = run.cfg.replace(workers=size, out=str(run.out))
         run.out.mkdir(parents=True, exist_ok=True)
         env = {contract.STORE_PORT: str(port), contract.WORLD_SIZE: str(size),
                contract.CHECKPOINTS: "", contract.RESUME: "", contract.LOG: "",
@@ -117,7 +116,7 @@ class SharedWorld:
         if run.script is None:
             command = {"entry": "train", "config": resolved.to_dict(),
                        "plan": run.plan.to_dict() if run.plan else None}
-            if resolved.task is None:  # the data the launcher built, handed over
+            if resolved.job.task is None:  # the data the launcher built, handed over
                 env.update(data.handover_env(resolved))
         else:
             command = {"entry": "run", "script": run.script, "argv": run.argv}

@@ -28,7 +28,7 @@ def test_train_refuses_the_batch_that_bench_skips_with_the_same_words(global_bat
     options = {**TINY, "global_batch": global_batch, "accumulate": accumulate}
     job = make_jobs(combine(options=options, scaling="strong", workers=str(workers)))[0]
     with pytest.raises(UsageError) as refused:
-        parascale.train(TrainConfig(**options, workers=workers))
+        parascale.train(TrainConfig.of(**options, workers=workers))
     sentence = indivisible(global_batch, workers, accumulate)
     assert job.skip_reason == sentence and job.per_device_batch is None
     assert str(refused.value).startswith(sentence + "; try ")
@@ -38,21 +38,22 @@ def test_the_planner_and_the_trainer_split_a_global_batch_alike():
     for n, per_device, global_batch, reason in scaling_configs("strong", [1, 2, 3, 4],
                                                                global_batch=96):
         assert reason is None
-        derived = derive(TrainConfig(global_batch=global_batch), n)
+        derived = derive(TrainConfig.of(global_batch=global_batch), n)
         assert (derived.per_device_batch, derived.global_batch) == (per_device, global_batch)
 
 
 def test_the_suggestion_is_a_batch_that_divides():
     with pytest.raises(UsageError, match=r"; try (\d+)$") as refused:
-        derive(TrainConfig(global_batch=50, accumulate=2), 4)
+        derive(TrainConfig.of(global_batch=50, accumulate=2), 4)
     suggested = int(str(refused.value).rsplit(" ", 1)[1])
     assert indivisible(suggested, 4, 2) is None and suggested <= 50
 
 
 def test_a_plan_counts_whole_global_batches_and_rounds_epochs_up():
-    plan = make_plan(TrainConfig(batch_size=10, steps=7, warmup_epochs=0.5), 2, 105, 40,
+    plan = make_plan(TrainConfig.of(batch_size=10, steps=7, warmup_epochs=0.5), 2, 105, 40,
                      replicas=1)
     # 105 samples hold 5 whole batches of 20; 7 steps take a second, partial epoch
     assert (plan.steps_per_epoch, plan.total_steps, plan.epochs, plan.warmup_steps) == (5, 7, 2, 2)
     assert plan.record_section()["global_batch"] == 20
-    assert make_plan(TrainConfig(batch_size=64), 2, 100, 10, replicas=1).epochs == 0  # no step fits
+    no_step_fits = make_plan(TrainConfig.of(batch_size=64), 2, 100, 10, replicas=1)
+    assert no_step_fits.epochs == 0

@@ -13,6 +13,7 @@ from helpers import TINY
 from parascale.bench.runner import StudyRunner, run_study
 from parascale.bench.study import combine, make_jobs
 from parascale.cli.main import main
+from parascale.config import SECTIONS
 from parascale.errors import UsageError
 
 
@@ -258,7 +259,7 @@ def test_configurations_with_different_data_are_checked_against_their_own_data()
 
 def test_the_data_key_covers_every_field_a_loader_reads():
     source = "".join(p.read_text() for p in Path(parascale.data.__file__).parent.glob("*.py"))
-    read = set(re.findall(r"\bcfg\.([a-z_]+)", source))
+    read = set(re.findall(rf"\bcfg\.(?:{'|'.join(SECTIONS)})\.([a-z_]+)", source))
     assert read and read <= set(parascale.data.FIELDS), read - set(parascale.data.FIELDS)
 
 

@@ -62,7 +62,7 @@ MANIFEST = {  # what changes in the manifest
 
 
 def two_checkpoints(tmp_path) -> tuple[TrainConfig, checkpoint.Found]:
-    cfg = TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
     for step in (3, 6):
         newer = checkpoint.save(checkpoint.folder_of(tmp_path), step, run_state(step, 2),
                                 {"epoch": 2, "world_size": 2, "config": cfg.to_dict()})

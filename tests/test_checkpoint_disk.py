@@ -4,6 +4,8 @@ A checkpoint that does not fit is one line naming "no space left on device" and 
 checkpoints before it stay usable, and a --resume once there is room continues from them."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -43,30 +45,42 @@ def test_a_checkpoint_whose_manifest_does_not_fit_leaves_no_file(small_disk):
     assert sorted(p.name for p in folder.iterdir()) == ["step-00000003.json", "step-00000003.pt"]
 
 
+# A run stopped by a fault after its checkpoint at step 2 resumes on a disk without room for the
+# one at step 4, then once there is room again. "pt": 2 workers write one .pt (1.2 MB). "fsdp":
+# DCP writes the parts, and torch.save inside it raises a full disk as its own RuntimeError,
+# whose OSError DCP drops when it hands the failure between ranks; one worker, so that DCP still
+# hands it on (the process group is there) and no other rank's write races this one's for the
+# room left.
+RUNS = {"pt": (dict(workers=2, model="smallcnn", global_batch=256, lr=0.1), "raise@1:4", ".pt"),
+        "fsdp": (dict(workers=1, model="mlp", global_batch=64, sync="fsdp"), "raise@0:4", "")}
+
+
 @pytest.mark.slow
-def test_a_run_whose_checkpoint_does_not_fit_stops_in_one_line_and_resumes(small_disk, capsys,
-                                                                           monkeypatch):
+@pytest.mark.parametrize("case", RUNS)
+def test_a_run_whose_checkpoint_does_not_fit_stops_in_one_line_and_resumes(small_disk, capfd,
+                                                                           monkeypatch, case):
     out = small_disk / "run"
-    options = dict(workers=2, global_batch=256, lr=0.1, seed=3, checkpoint_every=2, keep=1,
-                   steps=4)
-    monkeypatch.setenv("PARASCALE_FAULT", "raise@1:4")  # stopped after its checkpoint at step 2
+    given, fault, kind = RUNS[case]
+    options = dict(**given, dataset="digits", seed=3, checkpoint_every=2, keep=1, steps=4)
+    monkeypatch.setenv("PARASCALE_FAULT", fault)  # stopped after its checkpoint at step 2
     run_training(out, expect="failed", **options)
     monkeypatch.delenv("PARASCALE_FAULT")
     results = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    filler = fill_disk(small_disk, leave=64 << 10)  # no room for the next one (1.2 MB)
-    capsys.readouterr()
+    filler = fill_disk(small_disk, leave=64 << 10)  # no room for the next one
+    capfd.readouterr()
 
-    code = main(["train", "--workers", "2", "--global-batch", "256", "--lr", "0.1", "--seed",
-                 "3", "--dataset", "digits", "--model", "smallcnn", "--timeout", "60",
-                 "--checkpoint-every", "2", "--keep", "1", "--steps", "4", "--resume",
-                 "--out", str(out)])
-    line = one_line_error(capsys)
+    code = main(["train", *(a for k, v in options.items() for a in (f"--{k.replace('_', '-')}",
+                                                                     str(v))),
+                 "--timeout", "60", "--resume", "--out", str(out)])
+    line = one_line_error(capfd)  # the workers' output too: no traceback there either
     assert code == 2 and "no space left on device" in line, line
-    assert f"{out}/checkpoints/step-00000004.pt" in line and "inline_container" not in line
+    assert f"cannot write {out}/checkpoints/step-00000004{kind}," in line, line
+    assert "continue the run with --resume" in line and "inline_container" not in line, line
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == results
-    assert [f.step for f in checkpoint.listing(out / "checkpoints")] == [2]
+    assert set(os.listdir(out / "checkpoints")) == {"log.txt", f"step-00000002{kind}",
+                                                    "step-00000002.json"}
 
     filler.unlink()  # room again: the run continues from the checkpoint that was kept
     record, _ = run_training(out, resume=True, **options)
     assert [(r["checkpoint"], r["step"]) for r in record["resumed"]] == \
-        [("checkpoints/step-00000002.pt", 2)]
+        [(f"checkpoints/step-00000002{kind or '/'}", 2)]

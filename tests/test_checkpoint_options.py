@@ -51,7 +51,7 @@ def test_the_api_needs_a_folder_for_checkpoints(option):
 
 
 def test_a_study_plans_checkpointing_configurations_without_their_folders():
-    validate(TrainConfig(checkpoint_every="2e", max_restarts=2))  # bench gives out per run
+    validate(TrainConfig.of(checkpoint_every="2e", max_restarts=2))  # bench gives out per run
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -62,21 +62,21 @@ def test_checkpoint_interval_reads_steps_and_epochs(value, expected):
 
 
 def written(out, step: int = 6, **config) -> checkpoint.Found:
-    cfg = TrainConfig(workers=2, out=str(out), checkpoint_every=3, **config)
+    cfg = TrainConfig.of(workers=2, out=str(out), checkpoint_every=3, **config)
     return checkpoint.save(checkpoint.folder_of(out), step, run_state(step, world_size=2),
                            {"epoch": 2, "world_size": 2, "config": cfg.to_dict()})
 
 
 def test_a_fresh_run_does_not_mix_its_checkpoints_with_an_earlier_runs(tmp_path):
     written(tmp_path)
-    cfg = TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=3)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=3)
     with pytest.raises(UsageError, match=r"holds checkpoints of an earlier run \(the newest at "
                                          r"step 6\); continue it with --resume, or remove"):
         resume.refuse_fresh_start(cfg)
     with pytest.raises(UsageError, match="holds checkpoints of an earlier run"):  # none written
-        resume.refuse_fresh_start(TrainConfig(workers=2, out=str(tmp_path)))
-    resume.refuse_fresh_start(TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=3,
-                                          resume=True))
+        resume.refuse_fresh_start(TrainConfig.of(workers=2, out=str(tmp_path)))
+    resume.refuse_fresh_start(TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=3,
+                                             resume=True))
 
 
 def test_resume_takes_the_newest_checkpoint_and_says_what_it_skipped(tmp_path):
@@ -84,7 +84,7 @@ def test_resume_takes_the_newest_checkpoint_and_says_what_it_skipped(tmp_path):
     newer = written(tmp_path, 6)
     newer.path.write_bytes(newer.path.read_bytes()[:50])
     said = []
-    cfg = TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
     choice = resume.first_choice(cfg, 2, 12, said.append)
     assert (choice.step, choice.by, choice.label) == (3, "resume", "checkpoints/step-00000003.pt")
     assert choice.skipped[0]["checkpoint"] == "checkpoints/step-00000006.pt"
@@ -93,7 +93,7 @@ def test_resume_takes_the_newest_checkpoint_and_says_what_it_skipped(tmp_path):
 
 def test_resume_without_a_checkpoint_starts_from_the_beginning_and_says_so(tmp_path):
     said = []
-    cfg = TrainConfig(workers=2, out=str(tmp_path), resume=True)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), resume=True)
     assert resume.first_choice(cfg, 2, 12, said.append) is None
     assert said == [f"parascale: no checkpoint in {tmp_path}/checkpoints; starting from the "
                     "beginning"]
@@ -109,8 +109,8 @@ def test_resume_without_a_checkpoint_starts_from_the_beginning_and_says_so(tmp_p
 def test_a_checkpoint_of_other_settings_is_refused_in_one_line(tmp_path, change, size, steps,
                                                                 words):
     written(tmp_path)
-    cfg = TrainConfig(workers=size, out=str(tmp_path), checkpoint_every=3, resume=True,
-                      **change)
+    cfg = TrainConfig.of(workers=size, out=str(tmp_path), checkpoint_every=3, resume=True,
+                         **change)
     with pytest.raises(UsageError) as refusal:
         resume.first_choice(cfg, size, steps, lambda line: None)
     message = str(refusal.value)
@@ -121,8 +121,8 @@ def test_a_checkpoint_of_other_settings_is_refused_in_one_line(tmp_path, change,
 def test_where_and_how_long_a_run_goes_may_change_on_resume(tmp_path):
     written(tmp_path)
     # port is a setting compared with the checkpoint's, never bound: nothing listens here
-    cfg = TrainConfig(workers=2, out=str(tmp_path / "."), resume=True, timeout=30.0, steps=40,
-                      checkpoint_every="1e", keep=5, max_restarts=2, port=29500, threads=1)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path / "."), resume=True, timeout=30.0, steps=40,
+                         checkpoint_every="1e", keep=5, max_restarts=2, port=29500, threads=1)
     assert resume.first_choice(cfg, 2, 40, lambda line: None).step == 6
 
 
@@ -146,7 +146,7 @@ def test_a_checkpoint_at_the_end_of_an_epoch_cut_short_by_steps_is_not_continued
     state = run_state(2, world_size=2)
     state["position"] = {"step": 2, "epoch": 2, "done": 0}
     state["progress"]["epochs"] = [{"epoch": 1, "steps": 2, "partial": True}]
-    cfg = TrainConfig(workers=2, out=str(tmp_path), checkpoint_every=2, resume=True, steps=4)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=2, resume=True, steps=4)
     checkpoint.save(checkpoint.folder_of(tmp_path), 2, state,
                     {"epoch": 2, "world_size": 2, "config": cfg.to_dict()})
     with pytest.raises(UsageError) as refusal:

@@ -95,6 +95,55 @@ def test_forged_metadata_is_refused_without_running_it(tmp_path, monkeypatch):
     assert not (tmp_path / "pwned").exists()
 
 
+def resigned(folder, found: checkpoint.Found) -> None:
+    """Commit ``found`` again as it now is: its manifest's sizes and checksums made right."""
+    facts = {name: checkpoint.file_facts(found.path / name) for name in os.listdir(found.path)
+             if name != "run.pt"}
+    found.path.with_suffix(".json").unlink()
+    found.path.rename(checkpoint.temporary(folder, found.step))
+    saved = checkpoint.load(checkpoint.temporary(folder, found.step))
+    os.unlink(checkpoint.temporary(folder, found.step) / "run.pt")
+    checkpoint.commit(folder, found.step, saved, found.manifest, facts)
+
+
+def shard_of(tensor: torch.Tensor, folder) -> bytes:
+    """The file DCP writes for ``tensor`` alone (as ``written`` does, one process)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"model": {"w": tensor}}, checkpoint_id=folder, no_dist=True)
+    return (folder / "__0_0.distcp").read_bytes()
+
+
+@pytest.mark.parametrize("tensor, words", [
+    (None, "torch cannot load it ("),
+    (torch.ones(2, 8), "it holds a tensor of shape [2, 8] where its metadata says [4, 4]"),
+    (torch.ones(4, 4, dtype=torch.int32), "it holds torch.int32 where its metadata says "
+                                          "torch.float32"),
+])
+@pytest.mark.filterwarnings("error::UserWarning")  # the one line, not torch's warning beside
+def test_a_shard_that_cannot_be_read_is_named_and_the_one_before_is_used(tmp_path, tensor,
+                                                                         words):
+    """Its checksum matches (the manifest was written again), yet DCP could not read it: the
+    resume names it and continues from the checkpoint before, as for any other damage."""
+    folder = checkpoint.folder_of(tmp_path)
+    cfg = TrainConfig.of(workers=2, out=str(tmp_path), checkpoint_every=3, resume=True)
+    written(folder, 3)
+    damaged = written(folder, 6)
+    shard = damaged.path / "__0_0.distcp"
+    size = shard.stat().st_size
+    shard.write_bytes(b"\x80not a torch file".ljust(size, b"x") if tensor is None else
+                      shard_of(tensor, tmp_path / "other"))
+    resigned(folder, damaged)
+    said: list[str] = []
+    choice = resume.first_choice(cfg, 2, 12, said.append)
+    assert choice is not None and choice.step == 3, said
+    (line,) = said
+    assert line.startswith("parascale: checkpoint checkpoints/step-00000006/ cannot be used: "
+                           "its __0_0.distcp (model.w): "), line
+    assert words in line and line.endswith("; trying the one before"), line
+    assert choice.skipped[0]["checkpoint"] == "checkpoints/step-00000006/"
+
+
 def test_prune_removes_folders_and_a_killed_writes_temporary(tmp_path):
     for step in (3, 6, 9):
         written(tmp_path, step)
@@ -116,12 +165,12 @@ def test_a_folder_that_does_not_fit_is_one_line_and_the_one_before_stays(small_d
 
 
 def _cfg(**options) -> TrainConfig:
-    return TrainConfig(out="x", global_batch=32, **options)
+    return TrainConfig.of(out="x", global_batch=32, **options)
 
 
 def test_a_sharded_or_whole_checkpoint_resumes_on_another_worker_count():
     manifest = {"world_size": 2, "config": _cfg(sync="zero", workers=2).to_dict(),
-                "files": {"run.pt": {}}, "global_batch": 32, "effective_lr": TrainConfig().lr,
+                "files": {"run.pt": {}}, "global_batch": 32, "effective_lr": TrainConfig().optim.lr,
                 "step": 6}
     assert resume.mismatch(manifest, _cfg(sync="zero", workers=1), 1, 12) is None
     assert resume.mismatch({**manifest, "config": _cfg(sync="fsdp").to_dict()},
@@ -130,7 +179,7 @@ def test_a_sharded_or_whole_checkpoint_resumes_on_another_worker_count():
     per_device = {**manifest, "config": {**manifest["config"], "global_batch": None,
                                          "batch_size": 16}}
     assert "global batch of 32 and this run's on 1 worker(s) is 16; give --global-batch 32" in \
-        resume.mismatch(per_device, TrainConfig(sync="zero", batch_size=16), 1, 12)
+        resume.mismatch(per_device, TrainConfig.of(sync="zero", batch_size=16), 1, 12)
     # allreduce keeps the whole state once; local SGD's replicas are each rank's own
     whole = {**manifest, "config": _cfg(sync="allreduce").to_dict()}
     whole.pop("files")

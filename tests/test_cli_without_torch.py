@@ -15,7 +15,7 @@ HELP = [["--help"], ["--version"], ["train", "--help"], ["run", "--help"], ["ben
         ["demo", "--help"], ["report", "--help"], ["comm", "--help"], ["find-batch", "--help"],
         ["hpo", "--help"], ["predict", "--help"], ["slurm", "--help"],
         ["slurm", "train", "--help"], ["slurm", "bench", "--help"], ["slurm", "run", "--help"],
-        ["slurm", "status", "--help"]]
+        ["slurm", "status", "--help"], ["advise", "--help"]]
 
 #: (command line, words of its one error line): the first thing wrong needs no tensor
 USAGE_ERRORS = [
@@ -59,6 +59,12 @@ USAGE_ERRORS = [
      "--period must be a whole number from 1 to 1e+07, got 0"),
     (["predict", "--params", "1M", "--device-memory", "-1"],
      "--device-memory must be a positive number of GiB"),
+    (["advise", "--model", "nosuch", "--target-accuracy", "0.9"], "unknown model 'nosuch'"),
+    (["advise", "--workers", "2", "--nodes", "2", "--gpus-per-node", "8",
+      "--target-accuracy", "0.9"], "contradict each other"),
+    (["advise", "--target-metric", "bleu", "--target-value", "2"],
+     "'bleu' is not a metric of this task"),
+    (["advise", "--model", "mlp"], "give the goal"),
 ]
 
 #: what takes seconds to import: torch, and the plots' and the search's libraries

@@ -1,7 +1,6 @@
 """The training configuration checks its values: finite floats, the types its annotations
 name (from the Python API as from the command line), and PARASCALE_FAULT; each one line."""
 
-import dataclasses
 import math
 import types
 import typing
@@ -10,15 +9,22 @@ import pytest
 
 import parascale
 from helpers import assert_refused, one_line
-from parascale.config import TrainConfig, validate
+from parascale.config import TrainConfig
 from parascale.errors import UsageError
 
 
 def field_kinds() -> dict[str, tuple[object, bool]]:
-    """Each TrainConfig field's type and whether it may be None, read here from the annotations
-    (not from the code under test)."""
+    """Each setting's type and whether it may be None, read here from the annotations of the
+    configuration's sections (not from the code under test)."""
     kinds = {}
-    for name, annotation in typing.get_type_hints(TrainConfig).items():
+    for section in typing.get_type_hints(TrainConfig).values():
+        kinds.update(_kinds(section))
+    return kinds
+
+
+def _kinds(section: type) -> dict[str, tuple[object, bool]]:
+    kinds = {}
+    for name, annotation in typing.get_type_hints(section).items():
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         union = isinstance(annotation, types.UnionType)
         optional = union and len(args) < len(typing.get_args(annotation))
@@ -37,13 +43,20 @@ def test_non_finite_float_option_is_one_line(capsys, tmp_path, option, value):
     assert_refused(capsys, tmp_path, option, value, words=(option, "finite", value))
 
 
+@pytest.mark.parametrize("value", ["1e-300", "0.0001"])
+def test_a_peak_below_any_device_is_one_line(capsys, tmp_path, value):
+    """Its MFU would print hundreds of digits: a device that trains does 1 GFLOP/s or more."""
+    assert_refused(capsys, tmp_path, "--peak-tflops", value,
+                   words=("--peak-tflops must be at least 0.001 (1 GFLOP/s)", f"got {value}"))
+
+
 def test_every_float_field_is_checked_for_being_finite():
     floats = [name for name, (kind, _) in field_kinds().items() if kind is float]
     assert {"lr", "momentum", "timeout", "warmup_epochs"} <= set(floats)
     for name in floats:
         for bad in (math.nan, math.inf, -math.inf):
             with pytest.raises(UsageError) as exc:
-                validate(TrainConfig(**{name: bad}))
+                TrainConfig.of(**{name: bad}).validate()
             assert one_line(exc).startswith(f"--{name.replace('_', '-')} must be a finite number")
 
 
@@ -79,18 +92,19 @@ def test_every_field_is_type_checked_from_its_annotation():
         with pytest.raises(UsageError) as exc:
             TrainConfig.from_dict({name: _wrong_value(kind)})
         assert one_line(exc).startswith(f"{name} must be "), exc.value
-        cfg = TrainConfig(**{name: _wrong_value(kind)})  # built directly, checked by validate
+        cfg = TrainConfig.of(**{name: _wrong_value(kind)})  # built directly, checked by validate
         with pytest.raises(UsageError, match=f"^{name} must be "):
-            validate(cfg)
+            cfg.validate()
 
 
 def test_api_accepts_ints_for_floats_and_lists_for_tuples():
     cfg = TrainConfig.from_dict({"lr": 1, "timeout": 30, "synthetic_shape": [1, 8, 8],
                                  "lr_milestones": [2, 3], "gpus": [0, 1]})
-    assert cfg.lr == 1.0 and isinstance(cfg.lr, float) and isinstance(cfg.timeout, float)
-    assert cfg.synthetic_shape == (1, 8, 8) and cfg.lr_milestones == (2, 3)
-    assert cfg.gpus == (0, 1)
-    validate(dataclasses.replace(cfg, gpus=None))
+    assert cfg.optim.lr == 1.0 and isinstance(cfg.optim.lr, float)
+    assert isinstance(cfg.processes.timeout, float)
+    assert cfg.data.synthetic_shape == (1, 8, 8) and cfg.optim.lr_milestones == (2, 3)
+    assert cfg.processes.gpus == (0, 1)
+    cfg.replace(gpus=None).validate()
     # what the launcher sends its workers reads back the same
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
 

@@ -1,7 +1,6 @@
 """imagefolder: PNG files in class folders, read per sample through a DataLoader."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,7 @@ def normalised(rgb: np.ndarray) -> torch.Tensor:
 @pytest.mark.parametrize("loader_workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_imagefolder_batches_follow_the_index_lists(tmp_path, loader_workers):
     pixels = make_tree(tmp_path)
-    cfg = TrainConfig(dataset="imagefolder", data_dir=str(tmp_path))
+    cfg = TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path))
     data.check(cfg)
     bundle = data.build(cfg)
     assert (len(bundle.train), len(bundle.test), bundle.num_classes) == (6, 2, 2)
@@ -67,7 +66,7 @@ def test_imagefolder_batches_follow_the_index_lists(tmp_path, loader_workers):
 
 def test_imagefolder_resize_and_reproducible_augmentation(tmp_path):
     make_tree(tmp_path)
-    cfg = TrainConfig(dataset="imagefolder", data_dir=str(tmp_path), image_size=12, augment=True)
+    cfg = TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path), image_size=12, augment=True)
     bundle = data.build(cfg)
     assert bundle.input_shape == (3, 12, 12)
 
@@ -84,12 +83,12 @@ def test_imagefolder_resize_and_reproducible_augmentation(tmp_path):
 def test_test_folder_is_accepted_without_val(tmp_path):
     make_tree(tmp_path)
     (tmp_path / "val").rename(tmp_path / "test")
-    assert len(data.build(TrainConfig(dataset="imagefolder", data_dir=str(tmp_path))).test) == 2
+    assert len(data.build(TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path))).test) == 2
 
 
 def check_fails(root: Path, *patterns: str) -> str:
     with pytest.raises(UsageError) as err:
-        data.check(TrainConfig(dataset="imagefolder", data_dir=str(root)))
+        data.check(TrainConfig.of(dataset="imagefolder", data_dir=str(root)))
     message = str(err.value)
     assert "\n" not in message
     for pattern in patterns:
@@ -117,7 +116,7 @@ def test_differing_sizes_ask_for_image_size(tmp_path):
     png(tmp_path / "train" / "dog" / "b.png", 1, size=(8, 8))
     png(tmp_path / "val" / "cat" / "c.png", 2, size=(6, 5))
     check_fails(tmp_path, "differ in size", "6x5", "8x8", "--image-size")
-    cfg = TrainConfig(dataset="imagefolder", data_dir=str(tmp_path), image_size=7)
+    cfg = TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path), image_size=7)
     data.check(cfg)
     x, _ = next(data.build(cfg).train.batches([[0, 1]], CPU, train=False))
     assert x.shape == (2, 3, 7, 7)
@@ -127,7 +126,7 @@ def test_sizes_differing_beyond_the_sampled_images_fail_clearly_in_batches(tmp_p
     png(tmp_path / "train" / "cat" / "a.png", 0, size=(6, 5))
     png(tmp_path / "train" / "cat" / "b.png", 1, size=(8, 8))  # not sampled by check()
     png(tmp_path / "val" / "cat" / "c.png", 2, size=(6, 5))
-    bundle = data.build(TrainConfig(dataset="imagefolder", data_dir=str(tmp_path)))
+    bundle = data.build(TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path)))
     with pytest.raises(BadImage, match="differ in size; pass --image-size"):
         list(bundle.train.batches([[0, 1]], CPU, train=False))
 
@@ -140,7 +139,7 @@ def test_unreadable_image_is_a_usage_error_or_a_bad_image_in_training(tmp_path):
     check_fails(tmp_path, "cannot read image", "broken.png")
     # with --image-size, check() reads no image headers: the error comes when the batch is read
     png(tmp_path / "train" / "cat" / "a.png", 0)
-    bundle = data.build(TrainConfig(dataset="imagefolder", data_dir=str(tmp_path), image_size=4))
+    bundle = data.build(TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path), image_size=4))
     for workers in (0, 1):
         with pytest.raises(BadImage) as err:
             list(bundle.train.batches([[0, 1]], CPU, train=False, loader_workers=workers))
@@ -200,9 +199,9 @@ def test_verify_data_finds_sizes_that_differ_beyond_the_sampled_images(tmp_path)
     from parascale import data
 
     image_tree(tmp_path, sizes={"train-a1.png": (9, 8)})  # not the first of its class
-    cfg = TrainConfig(dataset="imagefolder", data_dir=str(tmp_path))
+    cfg = TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path))
     data.check(cfg)  # one image per class: all 8x8
     with pytest.raises(UsageError) as exc:
-        data.check(dataclasses.replace(cfg, verify_data=True))
+        data.check(cfg.replace(verify_data=True))
     assert "differ in size" in one_line(exc) and "train-a1.png is 9x8" in one_line(exc)
-    data.check(dataclasses.replace(cfg, verify_data=True, image_size=8))
+    data.check(cfg.replace(verify_data=True, image_size=8))

@@ -45,8 +45,9 @@ def handed(cfg, monkeypatch):
 
 
 @pytest.mark.parametrize("cfg", [
-    TrainConfig(dataset="digits", image_size=12, augment=True),
-    TrainConfig(dataset="synthetic", synthetic_size=40, synthetic_shape=(3, 8, 8), num_classes=4),
+    TrainConfig.of(dataset="digits", image_size=12, augment=True),
+    TrainConfig.of(dataset="synthetic", synthetic_size=40, synthetic_shape=(3, 8, 8),
+                   num_classes=4),
 ], ids=["digits", "synthetic"])
 def test_workers_get_the_batches_they_would_have_built(cfg, monkeypatch):
     facts = data.prepare(cfg, keep=True)
@@ -59,7 +60,7 @@ def test_workers_get_the_batches_they_would_have_built(cfg, monkeypatch):
 def test_cifar_files_are_handed_over_and_read_again_once_replaced(tmp_path, monkeypatch):
     root = tmp_path / "data"
     write_cifar(root)
-    cfg = TrainConfig(dataset="cifar10", data_dir=str(root))
+    cfg = TrainConfig.of(dataset="cifar10", data_dir=str(root))
     data.prepare(cfg, keep=True)
     own = data.build(cfg)
     first = data.handover_env(cfg)[handover.ENV]
@@ -75,17 +76,17 @@ def test_cifar_files_are_handed_over_and_read_again_once_replaced(tmp_path, monk
 
 
 def test_a_worker_whose_data_differs_builds_its_own(monkeypatch):
-    launcher = TrainConfig(dataset="digits", image_size=12)
+    launcher = TrainConfig.of(dataset="digits", image_size=12)
     data.prepare(launcher, keep=True)
     monkeypatch.setenv(handover.ENV, data.handover_env(launcher)[handover.ENV])
-    other = TrainConfig(dataset="digits", image_size=16)
+    other = TrainConfig.of(dataset="digits", image_size=16)
     assert data.build(other).input_shape == (1, 16, 16)
     monkeypatch.setenv(handover.ENV, "/nonexistent/data.pt")
     assert data.build(launcher).input_shape == (1, 12, 12)
 
 
 def test_not_kept_under_an_external_launcher(tmp_path):
-    cfg = TrainConfig(dataset="digits")
+    cfg = TrainConfig.of(dataset="digits")
     data.prepare(cfg, keep=False)
     assert data.handover_env(cfg) == {}
     assert list((tmp_path / "handover").iterdir()) == []
@@ -96,11 +97,12 @@ def test_not_kept_under_an_external_launcher(tmp_path):
 def test_data_read_sample_by_sample_is_not_handed_over(tmp_path):
     from parascale.data import folder
 
-    assert handover.key(TrainConfig(dataset="imagefolder", data_dir=str(tmp_path)), folder) is None
+    cfg = TrainConfig.of(dataset="imagefolder", data_dir=str(tmp_path))
+    assert handover.key(cfg, folder) is None
 
 
 def test_the_file_is_whole_or_absent(tmp_path):
-    data.prepare(TrainConfig(dataset="digits"), keep=True)
+    data.prepare(TrainConfig.of(dataset="digits"), keep=True)
     names = [p.name for p in (tmp_path / "handover").iterdir()]
     assert names == ["data-0.pt"]  # no .tmp left behind
 
@@ -110,7 +112,7 @@ def test_the_corpus_is_encoded_once_by_the_launcher_and_handed_over(monkeypatch)
     every worker (0.3 s of encoding each); it is kept and mapped as the image data is."""
     from parascale.data import text
 
-    cfg = TrainConfig(model="gpt", dataset="shakespeare", context=16)
+    cfg = TrainConfig.of(model="gpt", dataset="shakespeare", context=16)
     facts = data.prepare(cfg, keep=True)
     own = data.build(cfg)
     assert facts["train"] == len(own.train) and facts["num_classes"] == own.num_classes

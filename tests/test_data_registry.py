@@ -24,7 +24,7 @@ def test_names():
 @pytest.mark.parametrize("call", [data.check, data.build])
 def test_unknown_name_lists_the_valid_ones(call):
     with pytest.raises(UsageError) as err:
-        call(TrainConfig(dataset="cifar100"))
+        call(TrainConfig.of(dataset="cifar100"))
     message = str(err.value)
     assert "unknown dataset 'cifar100'" in message and "\n" not in message
     assert all(name in message for name in ALL)
@@ -33,21 +33,21 @@ def test_unknown_name_lists_the_valid_ones(call):
 @pytest.mark.parametrize("name", ["cifar10", "mnist", "fashion-mnist", "imagefolder"])
 def test_file_datasets_need_a_data_dir(name):
     with pytest.raises(UsageError, match=f"^{name} needs --data-dir: a folder holding "):
-        data.check(TrainConfig(dataset=name))
+        data.check(TrainConfig.of(dataset=name))
 
 
 def test_missing_or_non_folder_data_dir(tmp_path):
     with pytest.raises(UsageError, match="--data-dir .*nowhere does not exist; expected a folder"):
-        data.check(TrainConfig(dataset="mnist", data_dir=str(tmp_path / "nowhere")))
+        data.check(TrainConfig.of(dataset="mnist", data_dir=str(tmp_path / "nowhere")))
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="is a file, not a folder"):
-        data.check(TrainConfig(dataset="cifar10", data_dir=str(tmp_path / "file")))
+        data.check(TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path / "file")))
 
 
 def test_digits_split_sizes_shape_and_fixed_test_set():
-    data.check(TrainConfig(dataset="digits"))
-    a = data.build(TrainConfig(dataset="digits", seed=1))
-    b = data.build(TrainConfig(dataset="digits", seed=2))
+    data.check(TrainConfig.of(dataset="digits"))
+    a = data.build(TrainConfig.of(dataset="digits", seed=1))
+    b = data.build(TrainConfig.of(dataset="digits", seed=2))
     assert (len(a.train), len(a.test), a.num_classes, a.input_shape) == (1437, 360, 10, (1, 8, 8))
     x, y = everything(a.train)
     assert x.shape == (1437, 1, 8, 8) and x.dtype == torch.float32
@@ -77,7 +77,7 @@ def test_the_stored_digits_split_is_the_one_scikit_learn_draws():
 def test_digits_are_scikit_learns_images_scaled_to_unit_range():
     from sklearn.datasets import load_digits
 
-    bundle = data.build(TrainConfig(dataset="digits"))
+    bundle = data.build(TrainConfig.of(dataset="digits"))
     images = torch.from_numpy(load_digits().images.astype(np.float32) / 16)
     x = bundle.train.x  # stored in [0, 1] before normalisation
     assert 0 <= x.min() and x.max() == 1
@@ -85,8 +85,8 @@ def test_digits_are_scikit_learns_images_scaled_to_unit_range():
 
 
 def test_synthetic_sizes_labels_and_determinism():
-    cfg = TrainConfig(dataset="synthetic", synthetic_shape=(2, 5, 7), synthetic_size=40,
-                      num_classes=3, seed=4)
+    cfg = TrainConfig.of(dataset="synthetic", synthetic_shape=(2, 5, 7), synthetic_size=40,
+                         num_classes=3, seed=4)
     bundle = data.build(cfg)
     assert (len(bundle.train), len(bundle.test)) == (40, 10)
     assert (bundle.num_classes, bundle.input_shape) == (3, (2, 5, 7))
@@ -94,14 +94,14 @@ def test_synthetic_sizes_labels_and_determinism():
     assert x.shape == (40, 2, 5, 7) and set(y.tolist()) <= {0, 1, 2}
     assert abs(x.mean().item()) < 0.2
     again = everything(data.build(cfg).train)
-    other = everything(data.build(TrainConfig(**{**cfg.to_dict(), "seed": 5,
-                                                  "synthetic_shape": (2, 5, 7)})).train)
+    other = everything(data.build(TrainConfig.of(**{**cfg.to_dict(), "seed": 5,
+                                                    "synthetic_shape": (2, 5, 7)})).train)
     assert torch.equal(x, again[0]) and torch.equal(y, again[1])
     assert not torch.equal(x, other[0])
 
 
 def test_synthetic_tiny_test_split_and_resize():
-    bundle = data.build(TrainConfig(dataset="synthetic", synthetic_size=3, image_size=16))
+    bundle = data.build(TrainConfig.of(dataset="synthetic", synthetic_size=3, image_size=16))
     assert (len(bundle.test), bundle.input_shape) == (1, (3, 16, 16))
     assert everything(bundle.test)[0].shape == (1, 3, 16, 16)
 
@@ -109,8 +109,8 @@ def test_synthetic_tiny_test_split_and_resize():
 def test_synthetic_labels_are_learnable():
     from sklearn.linear_model import LogisticRegression
 
-    bundle = data.build(TrainConfig(dataset="synthetic", synthetic_shape=(3, 8, 8),
-                                    synthetic_size=2000))
+    bundle = data.build(TrainConfig.of(dataset="synthetic", synthetic_shape=(3, 8, 8),
+                                       synthetic_size=2000))
     (x, y), (xt, yt) = everything(bundle.train), everything(bundle.test)
     model = LogisticRegression(max_iter=300).fit(x.flatten(1).numpy(), y.numpy())
     assert model.score(xt.flatten(1).numpy(), yt.numpy()) > 0.5  # chance is 0.1

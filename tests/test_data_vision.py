@@ -34,12 +34,12 @@ def test_plain_torchvision_cifar_insists_on_md5_which_our_loader_replaces(tmp_pa
     write_cifar(tmp_path)
     with pytest.raises(RuntimeError, match="not found or corrupted"):
         CIFAR10(str(tmp_path), train=True, download=False)
-    data.check(TrainConfig(dataset="cifar10", data_dir=str(tmp_path)))
+    data.check(TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path)))
 
 
 def test_cifar_batches_hold_the_file_pixels_normalised(tmp_path):
     batches = write_cifar(tmp_path)
-    bundle = data.build(TrainConfig(dataset="cifar10", data_dir=str(tmp_path)))
+    bundle = data.build(TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path)))
     assert (len(bundle.train), len(bundle.test)) == (5 * CIFAR_TRAIN_PER_BATCH, CIFAR_TEST)
     assert bundle.num_classes == 10 and bundle.input_shape == (3, 32, 32)
     raw = np.concatenate([batches[f"data_batch_{i}"][b"data"] for i in range(1, 6)])
@@ -55,14 +55,14 @@ def test_cifar_batches_hold_the_file_pixels_normalised(tmp_path):
 
 def test_cifar_resize_gives_the_configured_shape(tmp_path):
     write_cifar(tmp_path)
-    bundle = data.build(TrainConfig(dataset="cifar10", data_dir=str(tmp_path), image_size=48))
+    bundle = data.build(TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path), image_size=48))
     assert bundle.input_shape == (3, 48, 48)
     x, _ = next(bundle.test.batches([[0, 1]], CPU, train=False))
     assert x.shape == (2, 3, 48, 48)
 
 
 def test_cifar_missing_folder_and_files_are_one_line_errors(tmp_path):
-    cfg = TrainConfig(dataset="cifar10", data_dir=str(tmp_path))
+    cfg = TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path))
     with pytest.raises(UsageError) as err:
         data.check(cfg)
     message = str(err.value)
@@ -83,13 +83,13 @@ def test_cifar_corrupt_file_is_a_usage_error_from_build(tmp_path):
     path = tmp_path / "cifar-10-batches-py" / "data_batch_2"
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(UsageError, match="cifar10: could not read .*data_batch_1..5") as err:
-        data.build(TrainConfig(dataset="cifar10", data_dir=str(tmp_path)))
+        data.build(TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path)))
     assert "\n" not in str(err.value)
 
 
 def test_download_flag_with_files_present_uses_them_without_network(tmp_path):
     write_cifar(tmp_path)
-    cfg = TrainConfig(dataset="cifar10", data_dir=str(tmp_path), download=True)
+    cfg = TrainConfig.of(dataset="cifar10", data_dir=str(tmp_path), download=True)
     data.check(cfg)
     assert len(data.build(cfg).train) == 5 * CIFAR_TRAIN_PER_BATCH
 
@@ -121,7 +121,7 @@ def write_mnist(root: Path, folder: str, n_train: int = 6, n_test: int = 4) -> d
     ("mnist", "MNIST", 0.1307, 0.3081), ("fashion-mnist", "FashionMNIST", 0.2860, 0.3530)])
 def test_mnist_family_reads_idx_files(tmp_path, name, folder, mean, std):
     arrays = write_mnist(tmp_path, folder)
-    cfg = TrainConfig(dataset=name, data_dir=str(tmp_path))
+    cfg = TrainConfig.of(dataset=name, data_dir=str(tmp_path))
     data.check(cfg)
     bundle = data.build(cfg)
     assert (len(bundle.train), len(bundle.test), bundle.input_shape) == (6, 4, (1, 28, 28))
@@ -134,7 +134,7 @@ def test_mnist_family_reads_idx_files(tmp_path, name, folder, mean, std):
 def test_mnist_errors_name_the_expected_layout(tmp_path):
     write_mnist(tmp_path, "MNIST")  # present, but fashion-mnist looks in FashionMNIST/raw
     with pytest.raises(UsageError) as err:
-        data.check(TrainConfig(dataset="fashion-mnist", data_dir=str(tmp_path)))
+        data.check(TrainConfig.of(dataset="fashion-mnist", data_dir=str(tmp_path)))
     message = str(err.value)
     assert f"no FashionMNIST/raw in {tmp_path}" in message and "t10k-labels-idx1-ubyte" in message
     assert "--download" in message and "\n" not in message
@@ -142,7 +142,7 @@ def test_mnist_errors_name_the_expected_layout(tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     (raw / "t10k-images-idx3-ubyte").rename(raw / "t10k-images-idx3-ubyte.gz")
     with pytest.raises(UsageError, match=r"lacks t10k-images-idx3-ubyte; .*\(gunzip the .gz"):
-        data.check(TrainConfig(dataset="mnist", data_dir=str(tmp_path)))
+        data.check(TrainConfig.of(dataset="mnist", data_dir=str(tmp_path)))
 
 
 def test_mnist_bad_magic_is_a_usage_error(tmp_path):
@@ -150,4 +150,4 @@ def test_mnist_bad_magic_is_a_usage_error(tmp_path):
     path = tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"
     path.write_bytes(b"\x00\x00\x00\x00" + path.read_bytes()[4:])
     with pytest.raises(UsageError, match="mnist: could not read"):
-        data.build(TrainConfig(dataset="mnist", data_dir=str(tmp_path)))
+        data.build(TrainConfig.of(dataset="mnist", data_dir=str(tmp_path)))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -26,3 +27,9 @@ def test_quick_demo_runs_weak_and_strong_scaling_and_resumes(tmp_path, capsys):
     again = capsys.readouterr().out
     assert f"{len(found)} of {len(found)} runs already done" in again
     assert "--rerun always" in again
+    # its wall time whole: the start-up (the interpreter, torch, the plan) beside the study
+    done = re.fullmatch(r"demo done in ([0-9.]+) s \(start-up ([0-9.]+) s, runs and report "
+                        r"([0-9.]+) s\)", again.strip().splitlines()[-1])
+    assert done, again.strip().splitlines()[-1]
+    whole, startup, study_s = map(float, done.groups())
+    assert startup > 0 and whole == pytest.approx(startup + study_s, abs=0.11)

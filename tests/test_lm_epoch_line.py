@@ -9,8 +9,8 @@ from parascale.training.loop.lines import epoch_line
 
 
 def test_the_gpts_epoch_line_and_entry_carry_perplexity():
-    cfg = TrainConfig(model="gpt", dataset="shakespeare", context=16, gpt_layers=1,
-                      gpt_heads=1, gpt_width=16, batch_size=8, steps=4)
+    cfg = TrainConfig.of(model="gpt", dataset="shakespeare", context=16, gpt_layers=1,
+                         gpt_heads=1, gpt_width=16, batch_size=8, steps=4)
     task, bundle = tasks.prepare(cfg)
     plan = make_plan(cfg, 1, len(bundle.train), len(bundle.test), replicas=1)
     entry = EpochEntry(1, True, 4, False, 1.0, [1.0], [1.0], 32, 100.0, 2.5, 0.1, None, None,

@@ -1,5 +1,6 @@
 """The GPT on the Shakespeare corpus, trained by real workers: data parallelism is exact on a
 token model, and a run reports tokens/s, loss, perplexity, FLOPs per step and utilisation."""
+import json
 import math
 import subprocess
 import sys
@@ -14,9 +15,10 @@ pytestmark = pytest.mark.slow  # every test here starts worker processes
 SMALL = dict(model="gpt", dataset="shakespeare", context=16, gpt_layers=2, gpt_heads=2,
              gpt_width=32, steps=5, lr=0.01, optimizer="adamw", adam_beta2=0.99,
              weight_decay=0.1, clip_grad_norm=0.5, warmup_steps=2, lr_schedule="cosine",
-             lr_min=1e-3, seed=3, noise_scale=False, evaluate_test=False, val_fraction=0.01)
-# (evaluated on 1% of the training windows: the whole held-out tenth of the corpus would take
-# most of each run's time here; the command-line test below evaluates it)
+             lr_min=1e-3, seed=3, noise_scale=False, evaluate_test=False, val_fraction=0.01,
+             eval_batches=20)
+# (evaluated on 20 batches of 1% of the training windows: the whole held-out tenth of the
+# corpus would take most of each run's time here; the command-line test below samples it)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,12 @@ def test_two_workers_with_half_the_batch_equal_one_worker_on_the_gpt(train_run, 
     record, state = train_run(workers=2, global_batch=8, **SMALL)
     assert record["derived"]["per_device_batch"] == 4
     assert_same(state, single[1])
+    # the same sample of the validation split, every window of it evaluated once over the ranks
+    ours, theirs = record["epochs"][-1], single[0]["epochs"][-1]
+    assert ours["evaluation"] == theirs["evaluation"]
+    assert ours["evaluation"]["val"]["samples"] == 20 * 8 < ours["evaluation"]["val"]["of"]
+    assert ours["evaluation"]["val"]["seed"] == 3
+    assert ours["val_loss"] == pytest.approx(theirs["val_loss"], abs=1e-5)
     # the control: without the exchange the replicas drift apart, so the test above can fail
     _, alone = train_run(workers=2, global_batch=8, sync="none", **SMALL)
     assert max(float((alone[k] - single[1][k]).abs().max()) for k in alone) > 1e-3
@@ -57,6 +65,13 @@ def test_the_command_line_reports_the_language_model(tmp_path):
          "--gpt-width", "32", "--steps", "6", "--batch-size", "4", "--peak-tflops", "0.5",
          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr
+    # 59,763 held-out windows of 16 tokens: evaluated on 200 global batches of 8 by default
+    assert "59763 test samples (each evaluation: 1600 of them, drawn by --seed 0; " \
+        "--eval-batches 0 for all)" in out.stdout
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["epochs"][-1]["evaluation"] == {
+        "test": {"samples": 1_600, "of": 59_763, "seed": 0}}
+    assert "evaluating test" not in out.stdout + out.stderr  # no bar off a terminal
     assert "tokens/s, train loss" in out.stdout  # the epoch line
     assert "nats/token, perplexity" in out.stdout
     assert "per step (torch's FLOP counter)" in out.stdout

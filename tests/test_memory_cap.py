@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, run_training, wait_until
+from conftest import one_line_error, run_training, usable_hierarchy, wait_until
 from helpers import alive, began, cli, tree
 from parascale.bench.runner import run_study
 from parascale.bench.study import combine, make_jobs
@@ -24,15 +24,6 @@ from parascale.runtime import cgroups, memory_cap
 
 CAP = "400MiB"  # the floor: an mlp on digits needs about 30 MiB of its own per worker
 MIB = 1 << 20
-
-
-def usable_hierarchy() -> cgroups.Hierarchy:
-    try:
-        return cgroups.find()
-    except cgroups.Unavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the --device-memory tests: {exc}")
-        pytest.skip(f"--device-memory: {exc}")
 
 
 def groups_of(pid: int) -> list[Path]:

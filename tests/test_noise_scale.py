@@ -117,7 +117,7 @@ class _Strategy:
 
 
 @pytest.mark.parametrize("cfg, size, strategy, scaler, reason", [
-    (TrainConfig(noise_scale=False), 2, _Strategy(), None, "--no-noise-scale"),
+    (TrainConfig.of(noise_scale=False), 2, _Strategy(), None, "--no-noise-scale"),
     (TrainConfig(), 1, _Strategy(), None, "needs 2 or more workers"),
     (TrainConfig(), 2, _Strategy(), object(), "fp16's loss scale"),
     (TrainConfig(), 2, _Strategy("--sync x never forms it"), None, "--sync x never forms it"),

@@ -27,7 +27,7 @@ def read_only_folder(tmp_path: Path) -> Path:
 def a_record(folder: Path) -> Path:
     from parascale.runrecord import failed
 
-    record = failed(TrainConfig(workers=1).to_dict(), "failed", "for the report", None).to_dict()
+    record = failed(TrainConfig.of(workers=1).to_dict(), "failed", "for the report", None).to_dict()
     folder.mkdir(parents=True)
     (folder / "record.json").write_text(json.dumps(record))
     return folder

@@ -265,3 +265,15 @@ def test_a_strong_study_without_one_worker_is_compared_relative_to_its_smallest_
     assert check.reference_workers == 2
     x = {p.workers: p.throughput for p in pred.curves["strong"]}
     assert check.predicted_efficiency == pytest.approx(2 * x[4] / (4 * x[2]))
+
+
+def test_a_single_run_is_scaled_strongly_at_its_own_global_batch(tmp_path):
+    """One run of 2 workers at 32 a device trained with a global batch of 64: strong scaling
+    keeps that batch, not the per-device 32."""
+    rec = run_record(2)
+    rec["study"] = None  # a train --out folder: no study, no scaling mode
+    study = write_study(tmp_path / "s", [rec])
+    pred = predict(Options([str(study)], interconnect="nvlink", workers=(1, 2, 4), params=1e6))
+    assert {p.global_batch for p in pred.curves["strong"]} == {64}
+    assert [p.per_device_batch for p in pred.curves["strong"]] == [64, 32, 16]
+    assert {p.per_device_batch for p in pred.curves["weak"]} == {32}

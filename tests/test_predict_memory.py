@@ -65,10 +65,29 @@ def test_a_records_measured_split_gives_bytes_per_parameter(tmp_path, capsys):
     (["--params", "1e9", "--device-memory", "0"], "--device-memory must be a positive number"),
     (["--params", "1e9", "--device-memory", "nan"], "--device-memory must be a positive number"),
     ([], "predict needs a study folder"),
+    # the limits the scaling prediction keeps (predict/limits.py)
+    (["--params", "7e9", "--device-memory", "80", "--workers", "0"],
+     "--workers 0: worker counts must be positive integers up to 10,000,000"),
+    (["--params", "7e9", "--device-memory", "80", "--workers", "1,20000000"],
+     "--workers 1,20000000: worker counts must be positive integers up to 10,000,000"),
+    (["--params", "1e15", "--device-memory", "80"],
+     "--params must be a parameter count from 1 to 2.5e+14, got 1e+15"),
+    (["--params", "7e9", "--device-memory", "1e-300"],
+     "--device-memory must be a positive number of GiB from 0.001 to 1e+06, got 1e-300"),
+    (["--params", "7e9", "--device-memory", "1e300"],
+     "--device-memory must be a positive number of GiB from 0.001 to 1e+06, got 1e+300"),
 ])
 def test_bad_input_is_one_line(args, message, capsys):
     assert main(["predict", *args]) == 2
     assert message in one_line_error(capsys)
+
+
+def test_memory_alone_refuses_out_rather_than_ignore_it(tmp_path, capsys):
+    out = tmp_path / "pred"
+    assert main(["predict", "--params", "7e9", "--device-memory", "80", "--out", str(out)]) == 2
+    assert "--out: predict --device-memory prints its answer and writes no file" in \
+        one_line_error(capsys)
+    assert not out.exists()
 
 
 def test_a_record_without_a_split_is_one_line(tmp_path, capsys):

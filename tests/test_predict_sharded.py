@@ -1,6 +1,6 @@
 """predict for the sharded strategies: each stage's exchange (ring passes of the bytes), the
 bytes a record counted inverted back to S, the stage read from the records, and the memory
-peak with FSDP's transients and its evaluation."""
+peak with FSDP's transients and its model built shard by shard."""
 from __future__ import annotations
 
 import pytest
@@ -10,8 +10,8 @@ from conftest import record, write_study
 from parascale.predict import costs, gradient
 from parascale.predict.forecast import Options, predict
 from parascale.predict.interconnect import preset
-from parascale.predict.memory import (PerParameter, evaluation, largest_unit, peak, per_device,
-                                      startup, transient)
+from parascale.predict.memory import (PerParameter, largest_unit, peak, per_device, startup,
+                                      transient)
 from parascale.predict.model import Model, Work
 from parascale.report.load import load_records
 
@@ -70,22 +70,24 @@ def test_the_stage_comes_from_the_records(tmp_path):
     assert "ZeRO stage 2" in pred.model.strategy.describe()
 
 
-def test_fsdps_peak_adds_its_transients_or_its_evaluation():
+def test_fsdps_peak_adds_its_transients_and_its_model_is_built_shard_by_shard():
     b = PerParameter(4, 4, 4, "fp32 SGD with momentum")
-    psi, unit = 50e6, 4e6
+    psi, unit, largest = 50e6, 4e6, 4e6
     # stage 3 on 2: the step's 6 bytes per parameter plus two units gathered and one unit's
-    # gradients with their reduce-scatter buffer, below evaluation's whole parameters
+    # gradients with their reduce-scatter buffer; evaluation gathers a unit at a time too
     step3 = per_device(3, psi, 2, b) + 2 * 4 * unit + 2 * 4 * unit
-    assert evaluation(3, psi, 2, b) == 4 * psi + 8 * psi / 2 > step3
-    # ... and above the start-up's: the model built whole (the FLOP count copies nothing)
-    assert startup(psi, b) == 4 * psi < evaluation(3, psi, 2, b)
-    assert peak(3, psi, 2, b, 0, unit) == evaluation(3, psi, 2, b)
-    lean = PerParameter(4, 4, 64, "a large optimizer state")  # sharding matters more here
-    assert peak(3, psi, 2, lean, 0, unit) == evaluation(3, psi, 2, lean) > \
-        per_device(3, psi, 2, lean) + transient(3, lean, unit)
-    # stage 2 holds the parameters whole anyway: its peak is the step's, plus the gradients'
-    assert peak(2, psi, 2, lean, 0, unit) == per_device(2, psi, 2, lean) + 2 * 4 * unit
-    assert peak(0, psi, 2, lean) == peak(0, psi, 1, lean) == per_device(0, psi, 1, lean)
+    assert peak(3, psi, 2, b, 0, unit, largest) == step3
+    # built without storage: its shards, and the largest tensor whole as it is replayed
+    assert startup(3, psi, 2, b, largest) == 4 * psi / 2 + 4 * largest < step3
+    # a strategy that keeps the parameters whole builds the model whole; so does one worker
+    assert startup(0, psi, 2, b) == startup(1, psi, 2, b) == startup(3, psi, 1, b) == 4 * psi
+    assert peak(1, psi, 2, PerParameter(4, 4, 0, "no state"), 0) == 8 * psi
+    heavy = PerParameter(64, 4, 4, "large parameters, small state")  # the start-up decides
+    assert peak(3, psi, 8, heavy, 0, unit, 40e6) == startup(3, psi, 8, heavy, 40e6) > \
+        per_device(3, psi, 8, heavy) + transient(3, heavy, unit)
+    # stage 2 holds the parameters whole in the step: its peak is the step's plus the gradients'
+    assert peak(2, psi, 2, b, 0, unit) == per_device(2, psi, 2, b) + 2 * 4 * unit
+    assert peak(0, psi, 2, b) == peak(0, psi, 1, b) == per_device(0, psi, 1, b)
 
 
 def test_the_largest_unit_is_counted_on_the_model_built_here(tmp_path):
@@ -125,4 +127,4 @@ def test_device_memory_from_a_record_prints_fsdps_peaks(tmp_path, capsys):
     b = PerParameter(4, 4, 4, "")
     line = next(li for li in out.splitlines() if li.split()[:1] == ["2"] and len(li.split()) == 3)
     assert [float(v) for v in line.split()[1:]] == [
-        round(peak(s, psi, 2, b, 0, 26122) / 2**30, 2) for s in (2, 3)] == [0.37, 0.37]
+        round(peak(s, psi, 2, b, 0, 26122, 16384) / 2**30, 2) for s in (2, 3)] == [0.37, 0.28]

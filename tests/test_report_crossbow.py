@@ -99,3 +99,44 @@ def test_crossbow_plots_are_drawn_for_sma_runs_and_only_then(tmp_path):
     assert drawn(load_studies([write_study(tmp_path / "plain", plain)], 0.9).ok) == {
         "crossbow_tta_by_batch"}
     assert drawn(load_studies([write_study(tmp_path / "plain", plain)]).ok) == set()
+
+
+def demo_like() -> list[dict]:
+    """The demo's runs: weak scaling at 24 a device and strong at a global 64, on 1 and 2
+    workers, and the 2-worker contention baselines; each reached its target."""
+    runs = []
+    for scaling, batches in (("weak", {1: 24, 2: 24}), ("strong", {1: 64, 2: 32})):
+        for n, b in batches.items():
+            for sync in ("allreduce", "baseline") if n > 1 else ("allreduce",):
+                rec = record(n, 1000.0 * n, accuracy=0.95, batch=b, scaling=scaling, sync=sync,
+                             baseline=sync == "baseline")
+                rec["study"]["config_id"] = f"{scaling}-n{n}-{sync}"
+                runs.append(rec)
+    return runs
+
+
+def tta_figure(tmp_path, runs):
+    loaded = load_studies([write_study(tmp_path / "s", runs)], 0.9).ok
+    fig, name, title, caption = crossbow.tta_by_batch(loaded, new_figure, COLORS)
+    (ax,) = fig.axes
+    return ax, title, caption
+
+
+def test_time_to_accuracy_by_batch_joins_only_runs_alike_but_for_their_batch(tmp_path):
+    """The demo's runs differ in mode and worker count, not only in batch: each is a point of
+    its own series, never one line read as a batch-size trend; titled, and naming no learners
+    where no run has them."""
+    ax, title, caption = tta_figure(tmp_path, demo_like())
+    drawn = {line.get_label(): len(line.get_xdata()) for line in ax.get_lines()}
+    assert drawn == {"allreduce, weak, 1 worker(s)": 1, "allreduce, weak, 2 worker(s)": 1,
+                     "baseline, weak, 2 worker(s)": 1, "allreduce, strong, 1 worker(s)": 1,
+                     "allreduce, strong, 2 worker(s)": 1, "baseline, strong, 2 worker(s)": 1}
+    assert ax.get_title() == title
+    assert "learner" not in ax.get_xlabel() and "sma" not in ax.get_xlabel()
+    assert "learner" not in caption
+    # a strategy of learners run at several batches, all else alike: one line through them
+    ax, _, _ = tta_figure(tmp_path / "sma", [sma(2, 2, 1400.0, batch=b, accuracy=0.95)
+                                               for b in (8, 16)])
+    assert {line.get_label(): len(line.get_xdata()) for line in ax.get_lines()} == {
+        "sma, 2 learner(s), 2 worker(s)": 2}
+    assert "learner" in ax.get_xlabel()

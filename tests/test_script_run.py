@@ -96,7 +96,7 @@ def test_reduce_broadcast_runs_a_script():
     from parascale.script import launch
 
     cfg, size = launch.checked({"sync": "reduce-broadcast", "workers": 2})
-    assert (cfg.sync, size) == ("reduce-broadcast", 2)
+    assert (cfg.strategy.sync, size) == ("reduce-broadcast", 2)
 
 
 def test_an_unknown_strategy_is_one_line(tmp_path, capsys):

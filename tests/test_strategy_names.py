@@ -62,7 +62,7 @@ def naming(text: str, line: str, names: list[str]) -> list[str]:
 def test_the_finder_sees_how_a_strategy_is_named():
     names = ["allreduce", "local-sgd", "none"]
     assert naming('"local-sgd"', "x = 'local-sgd'", names) == ["local-sgd"]
-    assert naming('"allreduce"', 'if cfg.sync == "allreduce":', names) == ["allreduce"]
+    assert naming('"allreduce"', 'if cfg.strategy.sync == "allreduce":', names) == ["allreduce"]
     assert naming('"allreduce"', 'if op == "allreduce":', names) == []
     assert naming('"none"', 'lr_scaling: str = "none"', names) == []
     assert naming('"--sync none ignores it"', "", names) == ["none"]

@@ -32,10 +32,10 @@ def exact(tmp_path_factory):
 
     record, state = run_training(tmp_path_factory.mktemp("exact") / "run", workers=1,
                                  global_batch=32, **STEPS)
-    cfg = TrainConfig(model="smallcnn", dataset="digits", seed=STEPS["seed"])
+    cfg = TrainConfig.of(model="smallcnn", dataset="digits", seed=STEPS["seed"])
     bundle = data.build(cfg)
-    torch.manual_seed(cfg.seed)
-    initial = models.build(cfg.model, bundle.num_classes, bundle.input_shape).state_dict()
+    torch.manual_seed(cfg.job.seed)
+    initial = models.build(cfg.job.model, bundle.num_classes, bundle.input_shape).state_dict()
     return record, state, initial
 
 

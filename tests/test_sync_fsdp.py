@@ -49,9 +49,9 @@ def test_bf16_on_cpu_workers_is_no_longer_refused():
     one worker with the whole batch, within bf16's tolerance (test_matrix_processes.py)."""
     from parascale import sync
 
-    cfg = TrainConfig(sync="fsdp", precision="bf16")
+    cfg = TrainConfig.of(sync="fsdp", precision="bf16")
     sync.validate(cfg)
-    assert cfg.precision == "bf16"
+    assert cfg.strategy.precision == "bf16"
 
 
 @pytest.mark.parametrize("options, message", [
@@ -65,7 +65,7 @@ def test_refused_in_one_line(options, message):
     from parascale import sync
 
     with pytest.raises(UsageError, match=message):
-        sync.validate(TrainConfig(sync="fsdp", **options))
+        sync.validate(TrainConfig.of(sync="fsdp", **options))
 
 
 @pytest.mark.parametrize("sync_name", ["allreduce", "zero", "local-sgd"])
@@ -74,7 +74,7 @@ def test_a_stage_is_refused_for_a_strategy_without_stages(sync_name, stage):
     """Issue 32, item 14: stage=3, fsdp's default, was accepted (and recorded) for any strategy."""
     from parascale import sync
 
-    cfg = TrainConfig(sync=sync_name, sync_options={"stage": stage})
+    cfg = TrainConfig.of(sync=sync_name, sync_options={"stage": stage})
     with pytest.raises(UsageError) as caught:
         sync.validate(cfg)
     assert str(caught.value) == \

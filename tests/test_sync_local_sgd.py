@@ -23,14 +23,14 @@ def reference(cfg: TrainConfig, workers: int, per_device: int) -> dict[str, torc
     bundle = data.build(cfg)
     replicas = []
     for _ in range(workers):
-        torch.manual_seed(cfg.seed)
-        replicas.append(models.build(cfg.model, bundle.num_classes, bundle.input_shape))
-    optimizers = [torch.optim.SGD(m.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                  weight_decay=cfg.weight_decay) for m in replicas]
+        torch.manual_seed(cfg.job.seed)
+        replicas.append(models.build(cfg.job.model, bundle.num_classes, bundle.input_shape))
+    optimizers = [torch.optim.SGD(m.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                                  weight_decay=cfg.optim.weight_decay) for m in replicas]
     batches = []
     for rank in range(workers):
-        shard = train_shard(len(bundle.train), per_device, workers, rank, 1, cfg.seed, 1,
-                            cfg.steps)
+        shard = train_shard(len(bundle.train), per_device, workers, rank, 1, cfg.job.seed, 1,
+                            cfg.batch.steps)
         batches.append(list(bundle.train.batches([s[0] for s in shard], "cpu", train=True)))
 
     def average() -> None:
@@ -40,13 +40,13 @@ def reference(cfg: TrainConfig, workers: int, per_device: int) -> dict[str, torc
                 for p in params:
                     p.copy_(mean)
 
-    for step in range(cfg.steps):
+    for step in range(cfg.batch.steps):
         for model, optimizer, mine in zip(replicas, optimizers, batches):
             x, y = mine[step]
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()
-        if (step + 1) % cfg.sync_options["period"] == 0:
+        if (step + 1) % cfg.strategy.sync_options["period"] == 0:
             average()
     average()  # what is evaluated and saved
     return replicas[0].state_dict()

@@ -54,7 +54,8 @@ def refusal(**options) -> str:
 
 def test_a_registered_strategy_takes_its_option_from_the_command_line(gossip):
     cfg = parse(["--sync", "gossip", "--sync-option", "fanout=4"])
-    assert cfg.sync_options == {"fanout": 4, "topology": "ring"}  # settled: every option named
+    # settled: every option named
+    assert cfg.strategy.sync_options == {"fanout": 4, "topology": "ring"}
     assert sync.options()["fanout"][1] == ["gossip"]
     assert Gossip(cfg, world=None).options() == {"fanout": 4, "topology": "ring"}  # the record
 
@@ -83,7 +84,7 @@ def test_its_option_with_another_strategy_is_refused(gossip):
     assert refusal(sync="allreduce", sync_options={"fanout": 2}) == \
         "--sync-option fanout=2 belongs to --sync gossip, not --sync allreduce"
     # --sync none ignores every strategy's options, as it ignores the built-in ones
-    validate(TrainConfig(sync="none", sync_options={"fanout": 3}))
+    validate(TrainConfig.of(sync="none", sync_options={"fanout": 3}))
 
 
 def test_an_option_nobody_declares_is_refused():
@@ -96,9 +97,9 @@ def test_an_option_nobody_declares_is_refused():
 def test_a_built_in_option_through_sync_option_is_the_same_option():
     assert refusal(sync_options={"ps_mode": "async"}) == \
         "--ps-mode async belongs to --sync parameter-server, not --sync allreduce"
-    cfg = TrainConfig(sync="parameter-server", sync_options={"ps_mode": "async"})
+    cfg = TrainConfig.of(sync="parameter-server", sync_options={"ps_mode": "async"})
     validate(cfg)
-    assert cfg.sync_options["ps_mode"] == "async"
+    assert cfg.strategy.sync_options["ps_mode"] == "async"
 
 
 def test_a_misplaced_built_in_option_is_one_line_naming_every_owner():
@@ -109,7 +110,7 @@ def test_a_misplaced_built_in_option_is_one_line_naming_every_owner():
 
 @pytest.mark.parametrize("strategy", ["reduce-broadcast", "parameter-server"])
 def test_compression_by_hand_takes_fp16_but_not_powersgd(strategy):
-    validate(TrainConfig(sync=strategy, sync_options={"compression": "fp16"}))
+    validate(TrainConfig.of(sync=strategy, sync_options={"compression": "fp16"}))
     assert refusal(sync=strategy, compression="powersgd").startswith(
         "--compression powersgd works with --sync allreduce only")
 
@@ -200,10 +201,11 @@ def test_a_registered_strategy_is_handed_to_the_processes_a_launch_starts(gossip
 
 
 def test_a_strategy_of_ones_own_by_its_module_and_class():
-    cfg = TrainConfig(sync="toy_strategy:Toy", sync_options={"pieces": 2})
+    cfg = TrainConfig.of(sync="toy_strategy:Toy", sync_options={"pieces": 2})
     try:
         validate(cfg)
-        assert (cfg.sync, cfg.sync_options) == ("toy", {"pieces": 2})  # the record's name
+        # the record's name
+        assert (cfg.strategy.sync, cfg.strategy.sync_options) == ("toy", {"pieces": 2})
     finally:
         sync.unregister("toy")
     with pytest.raises(UsageError, match="^--sync 'no_such_module:Toy': module 'no_such_module' "
@@ -225,15 +227,15 @@ def test_a_settled_configuration_validates_again_as_it_is():
     sync.register(type("Needing", (Strategy,), {"name": "needing", "Settings": _Needing}))
     try:
         for name in sync.names():
-            cfg = TrainConfig(sync=name)
+            cfg = TrainConfig.of(sync=name)
             validate(cfg)
             once = cfg.to_dict()
             validate(cfg)
             assert cfg.to_dict() == once, name
-        assert TrainConfig(sync="needing").sync_options == {}
-        settled = TrainConfig(sync="needing")
+        assert TrainConfig.of(sync="needing").strategy.sync_options == {}
+        settled = TrainConfig.of(sync="needing")
         validate(settled)
-        assert settled.sync_options == {"spread": "ring", "degree": 2}
+        assert settled.strategy.sync_options == {"spread": "ring", "degree": 2}
     finally:
         sync.unregister("needing")
 

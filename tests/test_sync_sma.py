@@ -60,7 +60,7 @@ def test_central_model_and_corrections_match_a_hand_computation():
 
 
 def digits_batch(rows: int, seed: int = 0):
-    bundle = data.build(TrainConfig(dataset="digits", image_size=12))
+    bundle = data.build(TrainConfig.of(dataset="digits", image_size=12))
     idx = torch.randperm(len(bundle.train), generator=torch.Generator().manual_seed(seed))[:rows]
     return next(bundle.train.batches([idx], CPU, train=False)), bundle
 
@@ -200,20 +200,20 @@ WORKERS, PER_LEARNER = 2, 8
 def reference(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     """Four plain replicas (2 devices x 2 learners), each with its own SGD, and the equations."""
     bundle = data.build(cfg)
-    learners, alpha, momentum = (cfg.sync_options[k] for k in ("learners", "sma_alpha",
-                                                               "sma_momentum"))
+    learners, alpha, momentum = (cfg.strategy.sync_options[k] for k in ("learners", "sma_alpha",
+                                                                        "sma_momentum"))
     replicas = []
     for _ in range(WORKERS * learners):
-        torch.manual_seed(cfg.seed)
-        replicas.append(models.build(cfg.model, bundle.num_classes, bundle.input_shape))
-    torch.manual_seed(cfg.seed)
-    central = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
-    optimizers = [torch.optim.SGD(m.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                  weight_decay=cfg.weight_decay) for m in replicas]
+        torch.manual_seed(cfg.job.seed)
+        replicas.append(models.build(cfg.job.model, bundle.num_classes, bundle.input_shape))
+    torch.manual_seed(cfg.job.seed)
+    central = models.build(cfg.job.model, bundle.num_classes, bundle.input_shape)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                                  weight_decay=cfg.optim.weight_decay) for m in replicas]
     batches = []
     for rank in range(WORKERS):
         shard = train_shard(len(bundle.train), PER_LEARNER * learners, WORKERS, rank, 1,
-                            cfg.seed, 1, cfg.steps)
+                            cfg.job.seed, 1, cfg.batch.steps)
         device = list(bundle.train.batches([s[0] for s in shard], "cpu", train=True))
         for j in range(learners):
             rows = slice(j * PER_LEARNER, (j + 1) * PER_LEARNER)
@@ -223,7 +223,7 @@ def reference(cfg: TrainConfig) -> dict[str, torch.Tensor]:
         return torch.cat([p.detach().flatten() for p in m.parameters()])
 
     z, previous = flat(central), torch.zeros_like(flat(central))
-    for step in range(cfg.steps):
+    for step in range(cfg.batch.steps):
         old = []
         for model, optimizer, mine in zip(replicas, optimizers, batches):
             old.append(flat(model))

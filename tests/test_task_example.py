@@ -37,6 +37,9 @@ def test_the_example_runs_a_study_with_its_report(tmp_path, in_examples, capsys)
     records = [json.loads(p.read_text()) for p in sorted(out.glob("runs/*/record.json"))]
     assert sorted(r["derived"]["world_size"] for r in records) == [1, 2]
     for record in records:
+        # the task brought its own model and data: the built-in defaults did not run
+        assert record["config"]["task"] == "regression:task"
+        assert record["config"]["model"] is None and record["config"]["dataset"] is None
         assert record["task"]["judge"] == "mae"
         assert {"name": "mae", "higher_is_better": False} in record["task"]["metrics"]
         assert record["time_to_accuracy"]["metric"] == "mae"
@@ -51,6 +54,11 @@ def test_the_example_runs_a_study_with_its_report(tmp_path, in_examples, capsys)
     assert main(["report", str(out), "--target-metric", "mae", "--target-value", "100",
                  "--out", str(tmp_path / "again")]) == 0
     assert "time to mae ≤ 100" in capsys.readouterr().out
+    # the same study again keeps every run it has (the plan and the records agree)
+    assert main(["bench", "--task", "regression:task", "--workers", "1,2", "--scaling", "weak",
+                 "--batch-size", "32", "--epochs", "2", "--target-metric", "mae",
+                 "--target-value", "0.5", "--out", str(out)]) == 0
+    assert "2 of 2 runs already done" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from parascale.config import TrainConfig
+from parascale.config import EvaluationConfig, OptimConfig
 from parascale.runrecord import EpochEntry
 from parascale.tasks import Metric, Task, build_optimizer, samples_in
 from parascale.tasks.builtin import accuracy, cross_entropy
@@ -56,18 +56,42 @@ def test_a_batch_counts_the_samples_of_its_first_tensor():
     assert samples_in([{"ids": torch.zeros(2, 8)}]) == 2
 
 
+@pytest.mark.parametrize("choice", [dict(optimizer="adamw", weight_decay=0.1, adam_beta2=0.99),
+                                    dict(optimizer="sgd", momentum=0.9, weight_decay=1e-4)])
+def test_the_built_in_optimizers_keep_torchs_default_numbers_on_the_cpu(choice):
+    """The fused kernel is CUDA's alone: on the CPU it rounds otherwise (the control below), and
+    runs there would no longer give the numbers they gave."""
+    task = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0)
+    optim = OptimConfig(lr=0.01, **choice)
+
+    def trained(fused: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 3))
+        optimizer = build_optimizer(task, optim, model.parameters())
+        for group in optimizer.param_groups:
+            assert not group["fused"]
+            group["fused"] = fused
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(10):
+            model(torch.randn(4, 8, generator=generator)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert not torch.equal(trained(False), trained(True))
+
+
 def test_a_target_is_reached_in_its_metrics_direction():
     task = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0,
                 metrics=[Metric("mae", lambda n, b: 0, False)])
-    cfg = TrainConfig(target_metric="mae", target_value=0.3)
+    cfg = EvaluationConfig(target_metric="mae", target_value=0.3)
     directions = task.directions()
     above = time_to_target(cfg, directions, entry(1, test_mae=0.4), None)
     assert above["reached"] is False and above["metric"] == "mae"
     below = time_to_target(cfg, directions, entry(2, test_mae=0.3), above)
     assert below == {"target": 0.3, "metric": "mae", "higher_is_better": False,
                      "reached": True, "split": "test", "epoch": 2, "elapsed_s": 2.0}
-    loss = TrainConfig(target_metric="loss", target_value=1.9, evaluate_test=False,
-                       val_fraction=0.2)
+    loss = EvaluationConfig(target_metric="loss", target_value=1.9, evaluate_test=False)
     assert time_to_target(loss, directions, entry(1, val_loss=1.8), None)["reached"]
 
 
@@ -81,9 +105,9 @@ def test_the_optimizer_is_the_tasks_own_or_the_chosen_one():
     params = list(nn.Linear(2, 1).parameters())
     own = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0,
                optimizer=lambda p, lr: torch.optim.RMSprop(p, lr=lr))
-    assert isinstance(build_optimizer(own, TrainConfig(lr=0.3), params), torch.optim.RMSprop)
+    assert isinstance(build_optimizer(own, OptimConfig(lr=0.3), params), torch.optim.RMSprop)
     plain = Task(train_data=[], eval_data=[], model=lambda: None, loss=lambda n, b: 0)
-    adamw = build_optimizer(plain, TrainConfig(optimizer="adamw", weight_decay=0.01), params)
+    adamw = build_optimizer(plain, OptimConfig(optimizer="adamw", weight_decay=0.01), params)
     assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["weight_decay"] == 0.01
-    sgd = build_optimizer(plain, TrainConfig(momentum=0.8), params)
+    sgd = build_optimizer(plain, OptimConfig(momentum=0.8), params)
     assert isinstance(sgd, torch.optim.SGD) and sgd.param_groups[0]["momentum"] == 0.8

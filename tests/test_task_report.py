@@ -34,6 +34,37 @@ def test_a_tokens_task_reads_in_tokens_per_second_judged_by_its_loss(tmp_path):
     assert ",tokens,128.0,loss,1.52,loss" in csv_text.splitlines()[2]
 
 
+def test_a_task_record_names_no_built_in_model_and_reads_as_its_task(tmp_path, capsys):
+    """A task's record leaves the built-in model and data options null (they did not run);
+    report and predict name the task instead, and do not refuse the record for it."""
+    records = [tokens_record(n, 100.0 * n) for n in (1, 2)]
+    for r in records:
+        r["config"].update(model=None, dataset=None, num_classes=None)
+        r["study"]["config_id"] = f"lm-n{r['derived']['world_size']}"
+        r["derived"]["bytes_per_step"] = 4000 * (r["derived"]["world_size"] - 1)
+        r["steps"]["phases"] = {name: {"p50": 0.03, "p95": 0.03, "max": 0.03, "mean": 0.03}
+                                for name in ("step", "compute")}
+    folder = write_study(tmp_path / "study", records)
+    assert main(["report", str(folder), "--out", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert "lm:task on its own data" in text and "smallcnn" not in text
+    assert main(["predict", str(folder), "--interconnect", "pcie", "--workers", "1,4"]) == 0
+    text = capsys.readouterr().out
+    assert "lm:task" in text and "smallcnn" not in text
+
+
+def test_a_tokens_tasks_sentences_speak_its_unit_as_its_tables_do(tmp_path, capsys):
+    """One unit throughout, the task's: the sentence under the table said samples/s where the
+    table said tokens/s."""
+    lone = tokens_record(2, 116.0)
+    lone["study"]["scaling"] = None  # the formula's note names the unit too
+    study = write_study(tmp_path / "study", [lone])
+    assert main(["report", str(study), "--out", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert "only 2 workers measured (14,848 tokens/s)" in text  # 116 x 128
+    assert "samples/s" not in text
+
+
 def test_an_image_record_without_a_task_section_reads_as_before(tmp_path):
     records = [record(1, 100.0), record(2, 190.0)]
     assert all("task" not in r for r in records)

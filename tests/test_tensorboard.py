@@ -4,9 +4,11 @@ with TensorBoard's own reader and checked against record.json. A folder that can
 is one line, exit 2, before anything runs."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from conftest import run_training
+from conftest import fill_disk, run_training
 from helpers import assert_matches, one_error_line, series
 from parascale.cli.main import main
 from parascale.training.observe.tensorboard import TensorBoardWriter
@@ -78,3 +80,68 @@ def test_a_searchs_folder_for_series_is_no_part_of_what_it_searches():
     plain = identity("accuracy", None, [], {"model": "mlp"})
     shown = identity("accuracy", None, [], {"model": "mlp", "tensorboard": "tb/search"})
     assert _comparable(plain) == _comparable(shown)  # resuming with --tensorboard is allowed
+
+
+ENTRY = {"epoch": 1, "train_loss": 1.5, "test_accuracy": 0.5,
+         "step_split_s": {"data": 0.01, "compute": 0.05, "sync": 0.02, "optimizer": 0.005,
+                          "step": 0.085}}
+
+
+def said_once(capsys) -> str:
+    """The one line on stderr, with no traceback."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    (line,) = err.strip().splitlines()
+    return line
+
+
+# TensorBoard's writer thread printing its traceback: pytest catches it as this warning
+THREAD_TRACEBACK = "error::pytest.PytestUnhandledThreadExceptionWarning"
+
+
+@pytest.mark.filterwarnings(THREAD_TRACEBACK)
+def test_a_full_disk_costs_the_series_not_the_run(small_disk, capsys):
+    """TensorBoard's writer thread meets the full disk; the run is told once, in one line naming
+    the file and the option, and goes on without its series (the record keeps every figure)."""
+    board = small_disk / "tb"
+    writer = TensorBoardWriter(str(board))
+    writer.epoch(ENTRY)
+    (events,) = board.iterdir()
+    fill_disk(small_disk)
+    capsys.readouterr()
+    for epoch in range(2, 40):  # the event file's last page fills after a few epochs
+        writer.epoch({**ENTRY, "epoch": epoch})
+    writer.close()
+    line = said_once(capsys)
+    assert line.startswith(f"parascale: warning: --tensorboard {board}: cannot write {events} "
+                           "(no space left on device)"), line
+    assert line.endswith("the run goes on without its TensorBoard series; the record keeps "
+                         "every figure"), line
+    assert series(board)["train/loss"][1] == 1.5  # what was written before stays readable
+
+
+@pytest.mark.filterwarnings(THREAD_TRACEBACK)
+def test_a_tensorboard_folder_on_a_full_disk_is_said_once(small_disk, capsys):
+    fill_disk(small_disk)
+    writer = TensorBoardWriter(str(small_disk / "tb"))
+    writer.epoch(ENTRY)
+    writer.close()
+    line = said_once(capsys)
+    assert line.startswith(f"parascale: warning: --tensorboard {small_disk / 'tb'}: cannot "
+                           "write "), line
+
+
+@pytest.mark.slow
+def test_a_run_whose_series_do_not_fit_keeps_training_and_its_record(tmp_path, small_disk, capfd):
+    board = small_disk / "tb"
+    fill_disk(small_disk)
+    capfd.readouterr()
+    code = main(["train", "--model", "mlp", "--workers", "1", "--steps", "3", "--timeout", "60",
+                 "--out", str(tmp_path / "run"), "--tensorboard", str(board)])
+    out, err = capfd.readouterr()
+    assert code == 0 and "Traceback" not in out + err, err
+    said = [line for line in err.splitlines() if "--tensorboard" in line]
+    assert len(said) == 1 and said[0].startswith(f"parascale: warning: --tensorboard {board}: "
+                                                 "cannot write "), err
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    assert record["status"] == "ok" and record["epochs"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from parascale.batch import derive, resolve_lr
-from parascale.config import TrainConfig
+from parascale.config import OptimConfig, TrainConfig
 from parascale.errors import UsageError
 from parascale.training.loop.lr import lr_at
 from parascale.training.loop.sampling import epoch_order, eval_shard, train_shard
@@ -20,14 +20,14 @@ from parascale.training.loop.sampling import epoch_order, eval_shard, train_shar
     (dict(), 3, 32, 96, 0.05),                                                 # default batch
 ])
 def test_effective_batch_and_learning_rate(cfg, n, per_device, global_batch, lr):
-    d = derive(TrainConfig(**cfg), n)
+    d = derive(TrainConfig.of(**cfg), n)
     assert (d.per_device_batch, d.global_batch) == (per_device, global_batch)
     assert d.effective_lr == pytest.approx(lr)
 
 
 def test_global_batch_that_does_not_divide_suggests_one_that_does():
     with pytest.raises(UsageError, match="does not divide by 3 workers; try 99"):
-        derive(TrainConfig(global_batch=100), 3)
+        derive(TrainConfig.of(global_batch=100), 3)
 
 
 def test_scaling_rules():
@@ -37,7 +37,7 @@ def test_scaling_rules():
 
 
 def test_gradual_warmup_rises_linearly_from_base_to_effective():
-    rates = [lr_at(s, base_lr=0.1, effective_lr=0.8, warmup_steps=10, total_steps=100)
+    rates = [lr_at(s, OptimConfig(lr=0.1), effective_lr=0.8, warmup_steps=10, total_steps=100)
              for s in range(12)]
     assert rates[0] == pytest.approx(0.1) and rates[10] == rates[11] == pytest.approx(0.8)
     steps = [b - a for a, b in zip(rates, rates[1:10])]
@@ -45,34 +45,34 @@ def test_gradual_warmup_rises_linearly_from_base_to_effective():
 
 
 def test_decay_schedules():
-    common = dict(base_lr=1.0, effective_lr=1.0, warmup_steps=0, total_steps=100)
-    assert lr_at(50, schedule="cosine", **common) == pytest.approx(0.5)
-    assert lr_at(100, schedule="cosine", **common) == pytest.approx(0.0, abs=1e-12)
-    step = dict(schedule="step", steps_per_epoch=10, milestones=(2, 4), gamma=0.1, **common)
-    assert [lr_at(s, **step) for s in (19, 20, 39, 40)] == pytest.approx([1, 0.1, 0.1, 0.01])
+    common = dict(effective_lr=1.0, warmup_steps=0, total_steps=100)
+    cosine = OptimConfig(lr=1.0, lr_schedule="cosine")
+    assert lr_at(50, cosine, **common) == pytest.approx(0.5)
+    assert lr_at(100, cosine, **common) == pytest.approx(0.0, abs=1e-12)
+    step = OptimConfig(lr=1.0, lr_schedule="step", lr_milestones=(2, 4), lr_gamma=0.1)
+    assert [lr_at(s, step, steps_per_epoch=10, **common) for s in (19, 20, 39, 40)] == \
+        pytest.approx([1, 0.1, 0.1, 0.01])
 
 
 def test_a_warmup_in_steps_rises_from_zero_and_the_cosine_ends_at_the_floor():
     # nanoGPT's get_lr with learning_rate 1e-3, warmup_iters 100, lr_decay_iters 2000, min_lr 1e-4
-    recipe = dict(base_lr=1e-3, effective_lr=1e-3, warmup_steps=100, total_steps=2000,
-                  schedule="cosine", from_zero=True, lr_min=1e-4)
-    assert lr_at(0, **recipe) == pytest.approx(1e-3 * 1 / 101)
-    assert lr_at(99, **recipe) == pytest.approx(1e-3 * 100 / 101)
-    assert lr_at(100, **recipe) == pytest.approx(1e-3)
-    assert lr_at(1050, **recipe) == pytest.approx(1e-4 + 0.5 * 9e-4)
-    assert lr_at(2000, **recipe) == pytest.approx(1e-4)
+    optim = OptimConfig(lr=1e-3, warmup_steps=100, lr_schedule="cosine", lr_min=1e-4)
+    recipe = dict(effective_lr=1e-3, warmup_steps=100, total_steps=2000)
+    assert lr_at(0, optim, **recipe) == pytest.approx(1e-3 * 1 / 101)
+    assert lr_at(99, optim, **recipe) == pytest.approx(1e-3 * 100 / 101)
+    assert lr_at(100, optim, **recipe) == pytest.approx(1e-3)
+    assert lr_at(1050, optim, **recipe) == pytest.approx(1e-4 + 0.5 * 9e-4)
+    assert lr_at(2000, optim, **recipe) == pytest.approx(1e-4)
 
 
 def test_warmup_steps_replace_warmup_epochs_and_the_floor_stays_below_the_rate():
     from parascale.batch import make_plan
-    from parascale.config import validate
-
-    assert make_plan(TrainConfig(warmup_steps=7, batch_size=10), 1, 1000, 10,
+    assert make_plan(TrainConfig.of(warmup_steps=7, batch_size=10), 1, 1000, 10,
                      replicas=1).warmup_steps == 7
     with pytest.raises(UsageError, match="--warmup-steps .* or --warmup-epochs, not both"):
-        validate(TrainConfig(warmup_steps=7, warmup_epochs=1))
+        TrainConfig.of(warmup_steps=7, warmup_epochs=1).validate()
     with pytest.raises(UsageError, match="below --lr 0.05; got 0.1"):
-        validate(TrainConfig(lr_min=0.1))
+        TrainConfig.of(lr_min=0.1).validate()
 
 
 @pytest.mark.parametrize("world, per_device, accumulate", [(1, 32, 1), (2, 16, 1), (4, 8, 1),

@@ -48,7 +48,7 @@ def _phased_step(phases: StepPhases, step: int) -> None:
 def test_the_phases_time_every_step_and_trace_those_of_the_window(tmp_path, monkeypatch):
     monkeypatch.setenv("KINETO_LOG_LEVEL", "6")  # the profiler sets it otherwise
     world = SimpleNamespace(rank=0, size=1, device=torch.device("cpu"), is_main=True)
-    profiler = Profiler(TrainConfig(profile="2:3", out=str(tmp_path)), world)
+    profiler = Profiler(TrainConfig.of(profile="2:3", out=str(tmp_path)), world)
     asked: list[float] = []
 
     def compute_end() -> float:  # the strategy's word on when compute ended: taken as given

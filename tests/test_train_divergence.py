@@ -83,10 +83,10 @@ def _advice(step: int = 3, rate: float = 0.8, **options) -> str:
     from parascale.batch import derive
     from parascale.training.observe.divergence import advice
 
-    cfg = TrainConfig(**options)
+    cfg = TrainConfig.of(**options)
     derived = derive(cfg, 8)
-    return advice(cfg, derived, steps_per_epoch=10, warmup_steps=round(cfg.warmup_epochs * 10),
-                  step=step, rate=rate)
+    warmup = round(cfg.optim.warmup_epochs * 10)
+    return advice(cfg, derived, steps_per_epoch=10, warmup_steps=warmup, step=step, rate=rate)
 
 
 def test_divergence_advice_fits_the_settings():

@@ -4,22 +4,25 @@ import torch
 
 from parascale import data, models
 from parascale.config import TrainConfig
+from parascale.training.loop.sampling import eval_sample
 
 pytestmark = pytest.mark.slow  # every test here starts worker processes
 
 
-def local_accuracy(cfg: TrainConfig, state: dict) -> tuple[float, int]:
-    """Accuracy of the saved model over the whole test set, in this one process."""
+def local_accuracy(cfg: TrainConfig, state: dict,
+                   index: torch.Tensor | None = None) -> tuple[float, int]:
+    """Accuracy of the saved model over the test set's samples ``index`` (default: all of
+    them), in this one process."""
     bundle = data.build(cfg)
-    model = models.build(cfg.model, bundle.num_classes, bundle.input_shape)
+    model = models.build(cfg.job.model, bundle.num_classes, bundle.input_shape)
     model.load_state_dict(state)
     model.eval()
-    index = torch.arange(len(bundle.test))
+    index = torch.arange(len(bundle.test)) if index is None else index
     correct = 0
     with torch.no_grad():
         for x, y in bundle.test.batches([index], torch.device("cpu"), train=False):
             correct += int((model(x).argmax(1) == y).sum())
-    return correct / len(bundle.test), len(bundle.test)
+    return correct / len(index), len(index)
 
 
 def test_accuracy_over_uneven_shards_equals_single_process_accuracy(train_run):
@@ -28,8 +31,22 @@ def test_accuracy_over_uneven_shards_equals_single_process_accuracy(train_run):
                    model="mlp", workers=3, batch_size=8, epochs=2, lr=0.05)
     record, state = train_run(**options)
     assert record["derived"]["test_samples"] == 101
-    accuracy, count = local_accuracy(TrainConfig(**options), state)
+    accuracy, count = local_accuracy(TrainConfig.of(**options), state)
     assert count == 101
+    assert record["summary"]["final_test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
+
+
+def test_a_budget_evaluates_the_same_sample_every_epoch_each_sample_once(train_run):
+    # 101 test samples; 2 batches of 2 x 8 = 32 of them, drawn by seed 5, shared by 2 workers
+    options = dict(dataset="synthetic", synthetic_shape=(3, 8, 8), synthetic_size=404,
+                   model="mlp", workers=2, batch_size=8, epochs=2, lr=0.05, seed=5,
+                   eval_batches=2, target_accuracy=0.01)
+    record, state = train_run(**options)
+    covered = {"test": {"samples": 32, "of": 101, "seed": 5}}
+    assert [e["evaluation"] for e in record["epochs"]] == [covered, covered]
+    assert record["time_to_accuracy"]["sample"] == covered["test"]  # reached on that sample
+    accuracy, count = local_accuracy(TrainConfig.of(**options), state, eval_sample(101, 32, 5))
+    assert count == 32
     assert record["summary"]["final_test_accuracy"] == pytest.approx(accuracy, abs=1e-12)
 
 

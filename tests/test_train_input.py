@@ -81,13 +81,13 @@ def test_oversubscription_is_refused_with_the_numbers_unless_insisted():
     cores = available_cores()
     many = OVERSUBSCRIPTION * cores + 1
     with pytest.raises(UsageError) as refused:
-        preflight(TrainConfig(workers=many, batch_size=1), many)
+        preflight(TrainConfig.of(workers=many, batch_size=1), many)
     assert f"{many} CPU threads ({many} workers x 1 threads) on {cores} cores" in str(refused.value)
     assert "--oversubscribe" in str(refused.value)
     with pytest.raises(UsageError) as threads:
-        preflight(TrainConfig(workers=2, threads=100000), 2)
+        preflight(TrainConfig.of(workers=2, threads=100000), 2)
     assert "200000 CPU threads (2 workers x 100000 threads)" in str(threads.value)
-    preflight(TrainConfig(workers=many, batch_size=1, oversubscribe=True), many)
+    preflight(TrainConfig.of(workers=many, batch_size=1, oversubscribe=True), many)
     # what the suite runs: 4 workers and 2 parameter servers on 2 cores
-    preflight(TrainConfig(workers=2 * cores, global_batch=32, sync="parameter-server",
-                          sync_options={"ps_servers": 2}), 2 * cores)
+    preflight(TrainConfig.of(workers=2 * cores, global_batch=32, sync="parameter-server",
+                             sync_options={"ps_servers": 2}), 2 * cores)

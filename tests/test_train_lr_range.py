@@ -28,7 +28,7 @@ def test_the_api_refuses_it_too():
 
 
 def test_the_ends_of_the_range_are_taken():
-    from parascale.config import TrainConfig, validate
+    from parascale.config import TrainConfig
 
-    validate(TrainConfig(lr=1e4))
-    validate(TrainConfig(lr=1e-10))
+    TrainConfig.of(lr=1e4).validate()
+    TrainConfig.of(lr=1e-10).validate()

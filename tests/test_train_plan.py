@@ -9,7 +9,7 @@ from parascale.batch import Plan, make_plan
 from parascale.config import TrainConfig
 from parascale.training.loop import setup
 
-CFG = TrainConfig(batch_size=10, steps=7, warmup_epochs=0.5)
+CFG = TrainConfig.of(batch_size=10, steps=7, warmup_epochs=0.5)
 
 
 def test_the_plan_travels_as_json_and_reads_back_the_same():

@@ -4,7 +4,6 @@ bit, strategies decide before training through ``resolve``, and the noise scale 
 gradients without a field on the strategy."""
 from __future__ import annotations
 
-import dataclasses
 
 import torch
 
@@ -82,19 +81,18 @@ def test_a_strategy_decides_nothing_before_training_unless_it_says_so():
 
 
 def test_sma_keeps_a_resumed_runs_tuned_count_without_tuning_again():
-    cfg = TrainConfig(sync="sma", sync_options={"learners": "auto"})
+    cfg = TrainConfig.of(sync="sma", sync_options={"learners": "auto"})
     assert SMA.resolves_before_training(cfg)
-    assert not SMA.resolves_before_training(dataclasses.replace(cfg,
-                                                                sync_options={"learners": 3}))
+    assert not SMA.resolves_before_training(cfg.replace(sync_options={"learners": 3}))
 
     def never():
         raise AssertionError("a resumed run must not tune again")
 
     for progress in ({"decided": {"learners": 3}}, {"learners": 3}):  # and from before decided
         resolved = SMA.resolve(cfg, TWO, None, never, progress)
-        assert resolved.cfg.sync_options["learners"] == 3 and resolved.seconds == 0.0
+        assert resolved.cfg.strategy.sync_options["learners"] == 3 and resolved.seconds == 0.0
         assert resolved.decided == {"learners": 3}  # which the resumed run keeps
-    fixed = dataclasses.replace(cfg, sync_options={"learners": 2})
+    fixed = cfg.replace(sync_options={"learners": 2})
     assert SMA.resolve(fixed, TWO, None, never, None).cfg is fixed
     sma = SMA(resolved.cfg, TWO)
     sma.adopt(Resolved(resolved.cfg, 1.5, [{"learners": 1, "gain": None}]))

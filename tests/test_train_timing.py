@@ -122,3 +122,6 @@ def test_a_terminal_shows_step_progress_within_each_epoch(tmp_path):
                             "--epochs", "2", "--out", str(tmp_path / "run")], os.environ.copy())
     for epoch in (1, 2):
         assert re.search(rf"epoch {epoch}/2:\s+\d+%\|[^|\r\n]*\|\s*\d+/22 ", shown), shown
+    # and each evaluation's, over rank 0's share of the test set's batches (none in the log)
+    assert re.search(r"evaluating test:\s+\d+%\|[^|\r\n]*\|\s*\d+/1 ", shown), shown
+    assert "evaluating" not in (tmp_path / "run" / "log.txt").read_text()

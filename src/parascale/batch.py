@@ -60,20 +60,20 @@ def derive(cfg: TrainConfig, world_size: int, replicas: int = 1) -> Derived:
     ``replicas``: model replicas a device trains at once, each on its own ``--batch-size``
     (the strategy's ``replicas_per_device``: SMA's learners), so a device takes that many
     batches a step: ``sync.strategy_of(cfg).replicas_per_device(cfg)``."""
-    micro = world_size * cfg.accumulate
-    if cfg.global_batch is not None:
-        reason = indivisible(cfg.global_batch, world_size, cfg.accumulate)
+    micro = world_size * cfg.batch.accumulate
+    if cfg.batch.global_batch is not None:
+        reason = indivisible(cfg.batch.global_batch, world_size, cfg.batch.accumulate)
         if reason:
             raise UsageError(f"{reason}; try "
-                             f"{max(micro, cfg.global_batch // micro * micro)}")
-        per_device = cfg.global_batch // micro
-        global_batch = cfg.global_batch
+                             f"{max(micro, cfg.batch.global_batch // micro * micro)}")
+        per_device = cfg.batch.global_batch // micro
+        global_batch = cfg.batch.global_batch
     else:
-        per_device = (cfg.batch_size or DEFAULT_BATCH) * replicas
+        per_device = (cfg.batch.batch_size or DEFAULT_BATCH) * replicas
         global_batch = per_device * micro
-    base = cfg.base_batch or per_device
+    base = cfg.optim.base_batch or per_device
     return Derived(world_size=world_size, per_device_batch=per_device, global_batch=global_batch,
-                   effective_lr=resolve_lr(cfg.lr, cfg.lr_scaling, global_batch, base),
+                   effective_lr=resolve_lr(cfg.optim.lr, cfg.optim.lr_scaling, global_batch, base),
                    base_batch=base)
 
 
@@ -117,7 +117,7 @@ def make_plan(cfg: TrainConfig, world_size: int, n_train: int, n_test: int, *,
     checked, and handed to the workers."""
     derived = derive(cfg, world_size, replicas=replicas)
     per_epoch = steps_per_epoch(n_train, derived.global_batch)
-    total = cfg.steps if cfg.steps is not None else per_epoch * (cfg.epochs or 3)
+    total = cfg.batch.steps if cfg.batch.steps is not None else per_epoch * (cfg.batch.epochs or 3)
     epochs = math.ceil(total / per_epoch) if per_epoch else 0
-    warmup = cfg.warmup_steps or round(cfg.warmup_epochs * per_epoch)
+    warmup = cfg.optim.warmup_steps or round(cfg.optim.warmup_epochs * per_epoch)
     return Plan(derived, per_epoch, total, epochs, warmup, n_train, n_test)

@@ -79,15 +79,26 @@ def count_step(model: torch.nn.Module, batch, loss) -> int:
     batch)`` is the task's loss. Counted on a twin made of fake tensors (torch's FakeTensorMode:
     each has its real tensor's shape, dtype and device, so the same kernels are chosen and
     counted, but no storage): a real copy was the largest moment of a sharded run's memory, a
-    whole model more than a rank holds. A model or loss that needs real values (``.item()``,
-    a branch on the data) is counted on a real copy instead."""
+    whole model more than a rank holds. A model built without storage (on the meta device) is
+    counted as if on the batch's device. A model or loss that needs real values (``.item()``,
+    a branch on the data) is counted on a real copy instead (not one without storage)."""
+    mode = FakeTensorMode()
+    device = next((t.device for t in _leaves(batch)), torch.device("cpu"))
+
+    def convert(t: torch.Tensor) -> torch.Tensor:
+        if not t.is_meta:
+            return mode.from_tensor(t)
+        with mode:  # a model built without storage (models/deferred.py): on the batch's device
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+
     try:
-        mode = FakeTensorMode()
-        twin = _twin(model, mode.from_tensor)
+        twin = _twin(model, convert)
         fake = _tensors(batch, mode.from_tensor)
         with mode:
             return _count(twin, fake, loss)
     except Exception:  # noqa: BLE001 - whatever fake tensors cannot do, a real copy can
+        if any(p.is_meta for p in model.parameters()):
+            raise
         return _count(copy.deepcopy(model), batch, loss)
 
 
@@ -100,6 +111,17 @@ def _twin(model: torch.nn.Module, convert) -> torch.nn.Module:
     for b in model.buffers():
         memo[id(b)] = convert(b)
     return copy.deepcopy(model, memo)
+
+
+def _leaves(batch):
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, (list, tuple)):
+        for b in batch:
+            yield from _leaves(b)
+    elif isinstance(batch, dict):
+        for b in batch.values():
+            yield from _leaves(b)
 
 
 def _tensors(batch, convert):
@@ -175,7 +197,7 @@ def measure(cfg, world, per_device_batch: int, split, model: torch.nn.Module, lo
         per_device = count_step(getattr(model, "_orig_mod", model), batch, loss)
     except Exception as exc:  # noqa: BLE001 - a model the counter cannot follow still trains
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    mine = peak(world.device, cfg.precision, cfg.peak_tflops)
+    mine = peak(world.device, cfg.strategy.precision, cfg.measure.peak_tflops)
     devices: list[dict] = [{}] * world.size
     dist.all_gather_object(devices, mine)
     return {"per_device": per_device, "devices": devices, "error": error}

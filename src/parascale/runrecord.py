@@ -115,6 +115,8 @@ class EpochEntry:
     resumed: bool = False  # the epoch a resumed run continued in
     #: the evaluation's figures by <split>_<metric> (test_loss, val_accuracy, test_mae)
     metrics: dict[str, float | None] = field(default_factory=dict)
+    #: what each split's evaluation covered, by split: {"test": {"samples", "of", "seed"}}
+    evaluation: dict[str, dict[str, Any]] = field(default_factory=dict)
     elapsed_s: float | None = None  # training time at the end of its evaluation
     unit: Unit = field(default=SAMPLES, compare=False, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # keys of another version, kept
@@ -143,6 +145,8 @@ class EpochEntry:
         out.update((k, v) for k, v in metrics.items() if k not in ("test_loss", "test_accuracy"))
         out.update((unit or self.unit).entry_figures(self.throughput, metrics))
         out.update(self.extra)
+        if self.evaluation:
+            out["evaluation"] = self.evaluation
         out["elapsed_s"] = self.elapsed_s
         return out
 
@@ -152,7 +156,8 @@ class EpochEntry:
         figures are derived again from ``unit``."""
         known = {"epoch", "warmup", "steps", "partial", "wall_time_s", "wall_time_s_per_rank",
                  "cpu_time_s_per_rank", "samples", "throughput", "train_loss", "lr",
-                 "other_cores", "steal_cores", STEP_SPLIT, "profiled", "resumed", "elapsed_s"}
+                 "other_cores", "steal_cores", STEP_SPLIT, "profiled", "resumed", "elapsed_s",
+                 "evaluation"}
         # test_loss and test_accuracy are written whether evaluated or not: None is no figure
         metrics = {k: v for k, v in data.items() if k.startswith(SPLITS) and k not in PER_TOKEN
                    and not (v is None and k in ("test_loss", "test_accuracy"))}
@@ -168,7 +173,8 @@ class EpochEntry:
             other_cores=data.get("other_cores"), steal_cores=data.get("steal_cores"),
             step_split_s=data.get(STEP_SPLIT), noise={k: data[k] for k in NOISE if k in data},
             profiled=bool(data.get("profiled")), resumed=bool(data.get("resumed")),
-            metrics=metrics, elapsed_s=data.get("elapsed_s"), unit=unit, extra=extra)
+            metrics=metrics, evaluation=dict(data.get("evaluation") or {}),
+            elapsed_s=data.get("elapsed_s"), unit=unit, extra=extra)
 
 
 @dataclass

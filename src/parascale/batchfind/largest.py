@@ -12,20 +12,21 @@ def largest(cfg, gpu: int | None, budget: int | None, max_batch: int, why: str =
     """Search ``cfg``'s model and data (already checked) on GPU ``gpu`` or on the CPU within
     ``budget``, printing each probe; (the search, the device, the limit). ``share``: the
     workers the training set is split between (each one's batch must fit its share).
-    ``workers``: each probe trains on that many workers with ``cfg.sync`` (and ``cfg.gpus``),
-    so the batch is the one that fits that strategy's memory layout (:mod:`.sharded`)."""
+    ``workers``: each probe trains on that many workers with ``cfg.strategy.sync`` (and
+    ``cfg.processes.gpus``), so the batch is the one that fits that strategy's memory layout
+    (:mod:`.sharded`)."""
     from parascale import batchfind, sync
     from parascale.batchfind.sharded import probe_by_training
 
     device = "cpu" if gpu is None else f"cuda:{gpu}"
     where = f"GPU {gpu}" if gpu is not None else f"CPU, budget {gib(budget)}{why}"
     if workers is not None:
-        where = (f"GPUs {','.join(map(str, cfg.gpus))}" if cfg.gpus else
+        where = (f"GPUs {','.join(map(str, cfg.processes.gpus))}" if cfg.processes.gpus else
                  f"CPU, {workers} workers, budget {gib(budget)} each{why}")
-        changed = sync.get(cfg.sync).settings_of(cfg).changed()  # the options given
-        where += f", --sync {' '.join([cfg.sync, *changed])}"
+        changed = sync.get(cfg.strategy.sync).settings_of(cfg).changed()  # the options given
+        where += f", --sync {' '.join([cfg.strategy.sync, *changed])}"
         share = workers
-    task, what, samples = _task(cfg) if cfg.task is not None else _builtin(cfg)
+    task, what, samples = _task(cfg) if cfg.job.task is not None else _builtin(cfg)
     print(f"parascale find-batch: {what}, {where}", flush=True)
     limit = max(1, min(max_batch, samples // share))
     task.update(device=device, budget=budget)
@@ -42,9 +43,9 @@ def _builtin(cfg) -> tuple[dict, str, int]:
 
     facts = data.prepare(cfg)
     shape = "x".join(map(str, facts["input_shape"]))
-    return ({"model": cfg.model, "num_classes": facts["num_classes"],
+    return ({"model": cfg.job.model, "num_classes": facts["num_classes"],
              "input_shape": list(facts["input_shape"]), "sizes": models.options(cfg)},
-            f"{cfg.model} on {cfg.dataset} ({shape})", facts["train"])
+            f"{cfg.job.model} on {cfg.data.dataset} ({shape})", facts["train"])
 
 
 def _task(cfg) -> tuple[dict, str, int]:
@@ -53,7 +54,8 @@ def _task(cfg) -> tuple[dict, str, int]:
     from parascale import tasks
 
     facts = tasks.preflight(cfg)
-    return {"task": cfg.task, "seed": cfg.seed}, f"{cfg.task} on its own data", facts["train"]
+    job = cfg.job
+    return {"task": job.task, "seed": job.seed}, f"{job.task} on its own data", facts["train"]
 
 
 def show(probe) -> None:

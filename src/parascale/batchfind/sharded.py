@@ -19,7 +19,6 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 from parascale.batchfind import Probe
 from parascale.errors import KnownFailure
@@ -35,10 +34,10 @@ def probe_by_training(cfg, workers: int, budget: int | None) -> Callable[[int], 
     from parascale.training import train
 
     def try_batch(batch: int) -> Probe:
-        job = replace(cfg, workers=None if cfg.gpus else workers, batch_size=batch,
-                      global_batch=None, steps=STEPS, epochs=None, noise_scale=False,
-                      save_model=False, out=None, val_fraction=0.0, evaluate_test=True)
-        with _quiet(), _mapped(cfg.gpus is None):
+        job = cfg.replace(workers=None if cfg.processes.gpus else workers, batch_size=batch,
+                          global_batch=None, steps=STEPS, epochs=None, noise_scale=False,
+                          save_model=False, out=None, val_fraction=0.0, evaluate_test=True)
+        with _quiet(), _mapped(cfg.processes.gpus is None):
             record = train(job)
         status = record.get("status")
         peaks = [p for p in (record.get("memory") or {}).get("peak_bytes_per_rank") or []

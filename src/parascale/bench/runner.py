@@ -46,6 +46,7 @@ from parascale.files import atomic_write_text
 from parascale.run_summary import judged
 from parascale.runtime.staging import replace_set
 from parascale.safejson import Refused, read_plan
+from parascale.tasks import recorded_config
 
 __all__ = ["RERUN", "StudyRunner", "run_study", "existing_records", "planned_jobs"]
 
@@ -225,7 +226,7 @@ class StudyRunner:
                    "global_batch": job.global_batch or job.train.get("global_batch")}
         settings = TrainConfig.from_dict({**job.train, "workers": job.world_size})
         sync.settle(settings)  # the record names the strategy and its options
-        config = settings.to_dict()
+        config = recorded_config(settings)
         config["save_model"] = job.train.get("save_model", False)
         return self._file(job, runrecord.failed(config, status, reason, derived).to_dict())
 

@@ -126,10 +126,10 @@ def largest_batch(options: dict[str, Any]) -> int:
     from parascale.runtime.env import available_cores
 
     fields = {k: v for k, v in options.items() if k in SEARCH_FIELDS}
-    cfg = TrainConfig(**fields)
+    cfg = TrainConfig.of(**fields)
     validate(cfg)
-    if cfg.task is None:  # a task is loaded and tried by the search itself
-        models.check(cfg.model)
+    if cfg.job.task is None:  # a task is loaded and tried by the search itself
+        models.check(cfg.job.model)
         data.check(cfg)
     gpus = options.get("gpus")
     budget = None if gpus else \
@@ -140,8 +140,8 @@ def largest_batch(options: dict[str, Any]) -> int:
                           f" (half the memory free now, over {available_cores()} workers)",
                           share=workers)
     if found.best is None:
-        raise UsageError(f"batch_size max: not even a batch of 1 of {cfg.task or cfg.model} "
-                         "fits")
+        raise UsageError(f"batch_size max: not even a batch of 1 of "
+                         f"{cfg.job.task or cfg.job.model} fits")
     return found.best.batch
 
 

@@ -25,7 +25,7 @@ from parascale.batch import derive, indivisible
 from parascale.bench import expr, scripts
 from parascale.bench.plan import (PlanError, PlannedRun, build_plan, format_plan_table,
                                   parse_workers, scaling_configs)
-from parascale.config import TUPLE_FIELDS, TrainConfig, field_kinds
+from parascale.config import NAMES, TUPLE_FIELDS, TrainConfig, field_kinds
 from parascale.digits import INT_RE
 from parascale.validation import validate
 from parascale.runtime.env import available_cores, cores_per_worker
@@ -38,7 +38,6 @@ __all__ = ["Job", "StudyInputs", "combine", "make_jobs", "plan_table", "max_work
 SCALINGS = ("weak", "strong")
 # names bench itself understands; never passed to train (a script's: bench/scripts.py)
 STUDY_NAMES = frozenset({"scaling", scripts.SCRIPT, scripts.SCRIPT_ARGS})
-TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 BATCH_FIELDS = frozenset({"batch_size", "global_batch"})
 # options that do not change how much memory a run needs: ignored when an out-of-memory result
 # decides which larger batches of "the same model on the same devices" to skip
@@ -46,6 +45,7 @@ MEMORY_NEUTRAL = frozenset({
     "out", "save_model", "port", "timeout", "seed", "epochs", "steps", "lr", "lr_scaling",
     "base_batch", "warmup_epochs", "lr_schedule", "lr_milestones", "lr_gamma", "weight_decay",
     "target_accuracy", "target_metric", "target_value", "stop_at_target", "eval_every",
+    "eval_batches",
     "download", "warmup_steps", "lr_min", "peak_tflops", "tensorboard"})
 _COMPUTED_RE = re.compile(r"\s*\$\((.*)\)\$\s*\Z", re.S)
 
@@ -195,7 +195,7 @@ def referenced_names(inputs: StudyInputs) -> set[str]:
 
 def _coerce(name: str, value: Any) -> Any:
     """Friendly conversions for values computed or typed in a study: 16.0 -> 16, '0,1' -> [0, 1]."""
-    kind = field_kinds()[name][0] if name in TRAIN_FIELDS else sync.options()[name][0].kind
+    kind = field_kinds()[name][0] if name in NAMES else sync.options()[name][0].kind
     if name in TUPLE_FIELDS:
         if isinstance(value, str):  # ASCII digits only: int() also reads '５'
             items = [v.strip() for v in value.split(",") if v.strip()]
@@ -220,7 +220,7 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
     """The run's TrainConfig input and its scaling mode; unknown unreferenced names are typos."""
     train: dict[str, Any] = {}
     for name, value in run.params.items():
-        if name in TRAIN_FIELDS or name in _flagged():
+        if name in NAMES or name in _flagged():
             if name == "out":
                 raise UsageError("out is chosen by bench (STUDY/runs/<configuration>/); "
                                  "give the study folder with --out")
@@ -231,7 +231,7 @@ def _split(run: PlannedRun, referenced: set[str]) -> tuple[dict[str, Any], str |
         elif name in sync.options():  # a strategy's option without a flag of its own
             train.setdefault("sync_options", {})[name] = value
         elif name not in STUDY_NAMES and name not in referenced:
-            close = difflib.get_close_matches(name, [*TRAIN_FIELDS, *sync.options(),
+            close = difflib.get_close_matches(name, [*NAMES, *sync.options(),
                                                      *STUDY_NAMES], n=1)
             hint = f"; did you mean {close[0]}?" if close else \
                 "; a helper name must be used by another value (${name})"
@@ -277,11 +277,11 @@ class _Checker:
 
         if _ELSEWHERE.get() is None or not data.elsewhere(cfg):
             return False
-        models.check(cfg.model)
-        sync.check(cfg.sync)
-        if cfg.data_dir not in self.warned:
-            self.warned.add(cfg.data_dir)
-            print(f"parascale: warning: --data-dir {cfg.data_dir} is not on this machine; the "
+        models.check(cfg.job.model)
+        sync.check(cfg.strategy.sync)
+        if cfg.data.data_dir not in self.warned:
+            self.warned.add(cfg.data.data_dir)
+            print(f"parascale: warning: --data-dir {cfg.data.data_dir} is not on this machine; the "
                   "jobs read it on the nodes (and say so if it is missing there too)",
                   file=sys.stderr, flush=True)
         return True
@@ -339,7 +339,7 @@ def _job(run: PlannedRun, referenced: set[str], check: _Checker,
     size = world_size_for(cfg)
     per_device = global_batch = None
     if skip is None and scaling == "strong":  # a point of the plan, skipped with the reason
-        skip = indivisible(cfg.global_batch, size, cfg.accumulate)
+        skip = indivisible(cfg.batch.global_batch, size, cfg.batch.accumulate)
     if skip is None:
         derived = derive(cfg, size, sync.strategy_of(cfg).replicas_per_device(cfg))
         per_device, global_batch = derived.per_device_batch, derived.global_batch

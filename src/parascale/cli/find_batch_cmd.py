@@ -98,15 +98,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("find-batch: give --model NAME (a model of the registry) or --task "
                          "package.module:function, one of them")
     workers = _workers(args)
-    cfg = TrainConfig(model=args.model or "smallcnn", dataset=args.dataset,
-                      data_dir=args.data_dir, task=args.task,
-                      image_size=args.image_size, lr=args.lr, lr_scaling=args.lr_scaling,
-                      gpus=args.gpus, sync=args.sync,
-                      sync_options=dict(args.sync_option or []),
-                      workers=workers if args.gpus is None else None)
+    cfg = TrainConfig.of(model=args.model or "smallcnn", dataset=args.dataset,
+                         data_dir=args.data_dir, task=args.task,
+                         image_size=args.image_size, lr=args.lr, lr_scaling=args.lr_scaling,
+                         gpus=args.gpus, sync=args.sync,
+                         sync_options=dict(args.sync_option or []),
+                         workers=workers if args.gpus is None else None)
     validate(cfg)
-    if cfg.task is None:  # a task is loaded and tried once before the search (largest)
-        models.check(cfg.model)
+    if cfg.job.task is None:  # a task is loaded and tried once before the search (largest)
+        models.check(cfg.job.model)
         data.check(cfg)
     if args.max_batch < 1:
         raise UsageError(f"--max-batch must be a positive integer, got {args.max_batch}")
@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus is not None:
         from parascale.runtime import resolve_device_type
 
-        resolve_device_type(cfg.device, cfg.gpus, "leave out --gpus to search on the CPU "
-                            "(--memory-limit sets its budget)")
+        resolve_device_type(cfg.processes.device, cfg.processes.gpus, "leave out --gpus to "
+                            "search on the CPU (--memory-limit sets its budget)")
     if args.out:
         _check_out(args.out)
     share = workers or 1
@@ -147,10 +147,11 @@ def run(args: argparse.Namespace) -> int:
         table.append({"devices": n, "global_batch": n * best.batch, "lr": lr})
         print(f"  {n:>7}  {n * best.batch:>12}  {lr:g}")
     if args.out:
-        what: dict[str, Any] = {"task": cfg.task} if cfg.task else \
-            {"model": cfg.model, "dataset": cfg.dataset}
+        what: dict[str, Any] = {"task": cfg.job.task} if cfg.job.task else \
+            {"model": cfg.job.model, "dataset": cfg.data.dataset}
         if workers is not None:
-            what.update(sync=cfg.sync, sync_options=cfg.sync_options, workers=workers)
+            what.update(sync=cfg.strategy.sync, sync_options=cfg.strategy.sync_options,
+                        workers=workers)
         result = {**what, "device": device,
                   "budget_bytes": budget, "batch": best.batch, "peak_bytes": best.peak_bytes,
                   "limit": limit, "probes": [p.__dict__ for p in found.probes], "table": table}

@@ -31,9 +31,10 @@ SUBCOMMANDS = {
     "hpo": "parascale.cli.hpo_cmd",
     "slurm": "parascale.cli.slurm_cmd",
     "predict": "parascale.cli.predict_cmd",
+    "advise": "parascale.cli.advise_cmd",
 }
 # the subcommands that start workers
-LAUNCHING = {"train", "run", "bench", "demo", "comm", "find-batch", "hpo"}
+LAUNCHING = {"train", "run", "bench", "demo", "comm", "find-batch", "hpo", "advise"}
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -21,14 +21,15 @@ from parascale import config as config_module
 from parascale import sync
 from parascale.bench.values import parse_value
 from parascale.checks import path_option
-from parascale.config import TrainConfig, field_kinds
+from parascale.config import NAMES, SECTIONS, field_kinds
 from parascale.digits import INT_RE, ascii_type, int_list
 
-# help sections: the first field of each
-SECTIONS = {
-    "task": "what to train", "workers": "where to train", "batch_size": "batch and length",
-    "lr": "optimisation", "precision": "speed", "sync": "synchronisation",
-    "target_accuracy": "measurement", "port": "robustness", "out": "output",
+# help groups: one per section of the configuration, in its order
+TITLES = {
+    "job": "what to train", "data": "the data", "processes": "where to train",
+    "batch": "batch and length", "optim": "optimisation", "strategy": "synchronisation and speed",
+    "evaluation": "evaluation and targets", "measure": "measurement", "output": "output",
+    "checkpoint": "checkpoints and restarts",
 }
 CHOICES = {
     "lr_scaling": config_module.LR_SCALINGS, "lr_schedule": config_module.LR_SCHEDULES,
@@ -43,15 +44,15 @@ METAVARS = {"gpus": "0,1,...", "synthetic_shape": "C,H,W", "lr_milestones": "E1,
 
 @functools.cache
 def field_docs() -> dict[str, str]:
-    """The docstring written under each TrainConfig field (plain text, one line)."""
-    tree = ast.parse(inspect.getsource(TrainConfig))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    """The docstring written under each setting, in its section (plain text, one line)."""
     docs = {}
-    for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
-                and isinstance(after.value.value, str):
-            docs[node.target.id] = " ".join(after.value.value.split())
+    for section in SECTIONS.values():
+        body = ast.parse(inspect.getsource(section)).body[0].body  # type: ignore[attr-defined]
+        for node, after in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+                    and isinstance(after.value.value, str):
+                docs[node.target.id] = " ".join(after.value.value.split())
     return docs
 
 
@@ -89,26 +90,31 @@ def key_value(text: str) -> tuple[str, Any]:
 
 def add_train_options(parser: argparse.ArgumentParser, sections: bool = True,
                       exclude: set[str] | frozenset[str] = frozenset()) -> None:
-    """Add one option per TrainConfig field, grouped as in SECTIONS, and one per strategy option
-    that has a flag of its own (after --sync); none for a name in ``exclude``."""
+    """Add one option per setting, a group per section of the configuration (TITLES), and one
+    per strategy option that has a flag of its own (after --sync); none for a name in
+    ``exclude``."""
     declared = sync.options()
     docs = {**field_docs(), "sync": sync_help(sync.names()),
             "sync_options": field_docs().get("sync_options", "") + _extra_options(declared)}
-    group: Any = parser
-    for field in dataclasses.fields(TrainConfig):
-        if sections and field.name in SECTIONS:
-            group = parser.add_argument_group(SECTIONS[field.name])
-        if field.name == "sync_options":
-            for name, (opt, _) in declared.items():
-                if opt.flag and name not in exclude:
-                    _add(group, name, opt.kind, opt.default, sync.help_of(name), opt.choices)
-        if field.name in exclude:
-            continue
-        kind, _ = field_kinds()[field.name]
-        default = field.default if field.default is not dataclasses.MISSING else \
-            field.default_factory()  # type: ignore[misc, operator]
-        _add(group, field.name, kind, default, docs.get(field.name, ""),
-             CHOICES.get(field.name))
+    for section, kind in SECTIONS.items():
+        group: Any = parser.add_argument_group(TITLES[section]) if sections else parser
+        for field in dataclasses.fields(kind):
+            _add_setting(group, field, declared, docs, exclude)
+
+
+def _add_setting(group: Any, field: dataclasses.Field, declared: dict[str, Any],
+                 docs: dict[str, str], exclude: set[str] | frozenset[str]) -> None:
+    if field.name == "sync_options":
+        for name, (opt, _) in declared.items():
+            if opt.flag and name not in exclude:
+                _add(group, name, opt.kind, opt.default, sync.help_of(name), opt.choices)
+    if field.name in exclude:
+        return
+    kind, _ = field_kinds()[field.name]
+    default = field.default if field.default is not dataclasses.MISSING else \
+        field.default_factory()  # type: ignore[misc, operator]
+    _add(group, field.name, kind, default, docs.get(field.name, ""),
+         CHOICES.get(field.name))
 
 
 def sync_help(names: list[str]) -> str:
@@ -158,7 +164,7 @@ def _extra_options(declared: dict[str, tuple[sync.Option, list[str]]]) -> str:
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainConfig fields the user gave, as a dict (``sync_options`` from KEY=VALUE pairs)."""
-    names = {f.name for f in dataclasses.fields(TrainConfig)} | set(sync.options())
+    names = set(NAMES) | set(sync.options())
     given = {k: v for k, v in vars(args).items() if k in names}
     if "sync_options" in given:
         given["sync_options"] = dict(given["sync_options"])

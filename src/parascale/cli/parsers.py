@@ -5,7 +5,6 @@ module sets its own ``func``; no command imports another."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -208,10 +207,9 @@ def run_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "run", help="launch your own training script on N workers and record how it scaled",
         description=RUN_DESCRIPTION, epilog=RUN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    from parascale.config import TrainConfig
+    from parascale.config import NAMES
 
-    add_train_options(parser, exclude=({f.name for f in dataclasses.fields(TrainConfig)}
-                                       | set(sync.options())) - set(taken()))
+    add_train_options(parser, exclude=(set(NAMES) | set(sync.options())) - set(taken()))
     for action in parser._actions:
         if action.dest == "sync":  # the trainer's list names strategies a script cannot run
             action.help = sync_help(sync.with_trait(script_refusal=None)) + \

@@ -91,7 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                       help="per-device batch for weak scaling (default: the records')")
     what.add_argument("--global-batch", type=ascii_int, metavar="B",
                       help="global batch for strong scaling (default: the study's strong "
-                           "runs', else the per-device batch)")
+                           "runs', else the global batch the records at the smallest N "
+                           "trained with)")
     what.add_argument("--model", metavar="NAME",
                       help="the model to predict when the records hold several")
     given = parser.add_argument_group("figures given by hand (reported as given or assumed)")
@@ -106,10 +107,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="gradient noise scale in samples (assumed): adds steps and "
                             "time-to-accuracy speedup (McCandlish et al. 2018)")
     memory = parser.add_argument_group("memory per device (docs/predict.md)")
-    memory.add_argument("--device-memory", type=float, metavar="GIB",
+    memory.add_argument("--device-memory", type=ascii_float, metavar="GIB",
                         help="how many devices of GIB GiB the model needs under each strategy "
                              "(replicated, ZeRO stages 1-3), from --params N or a record's "
-                             "measured memory split, and GiB per device for --workers")
+                             "measured memory split, and GiB per device for --workers; "
+                             "prints, writes no file")
     parser.add_argument("--out", metavar="DIR", type=path_option("--out"),
                         help="write prediction.json, prediction.csv and prediction.png here")
     parser.set_defaults(func=run)
@@ -122,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device_memory is not None:
         from parascale.predict.memory import answer
+
+        if args.out:
+            raise UsageError("--out: predict --device-memory prints its answer and writes no "
+                             "file; leave out --out, or predict scaling without "
+                             "--device-memory")
 
         print(answer(args.sources, args.params, args.device_memory,
                      list(args.workers or (1, 2, 4, 8, 16, 64, 256, 1024)), args.model))

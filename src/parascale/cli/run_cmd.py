@@ -39,15 +39,15 @@ def _launch(given: dict, script: Path, argv: list[str], command_start: float) ->
 
     cfg, size = checked(given)
     if external_launcher():
-        if cfg.device_memory is not None:
+        if cfg.processes.device_memory is not None:
             raise UsageError(f"--device-memory caps the copies parascale starts itself, not "
                              f"{external_launcher()}'s; leave it out under a launcher")
         return _joined(cfg, script, argv)
     record = launch_script(cfg, size, script, argv, ("process start", command_start))
     if record["status"] != "ok":
-        raise WorkerFailure(f"{record['reason']} (record: {cfg.out}/record.json)")
+        raise WorkerFailure(f"{record['reason']} (record: {cfg.output.out}/record.json)")
     print("\n".join(done_lines(record)))
-    print(f"record: {cfg.out}/record.json", flush=True)
+    print(f"record: {cfg.output.out}/record.json", flush=True)
     if warning := busy_warning(record.get("machine")):
         print(warning, file=sys.stderr)
     return 0
@@ -71,11 +71,11 @@ def _joined(cfg, script: Path, argv: list[str]) -> int:
     from parascale.script.running import run_script
 
     if speaks():  # rank 0 writes; the others' default --out may differ by a second
-        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        Path(cfg.output.out).mkdir(parents=True, exist_ok=True)
         from parascale.record import LOG_NAME
         from parascale.training.observe.console import ConsoleLog
 
-        log = ConsoleLog(Path(cfg.out) / LOG_NAME, fresh=True)
+        log = ConsoleLog(Path(cfg.output.out) / LOG_NAME, fresh=True)
         log.line(f"--- parascale run {script.name}, {launcher_name()} launch ---")
         log.close()
         os.environ[contract.LOG] = str(log.path)

@@ -12,8 +12,12 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from parascale.errors import UsageError, WorkerFailure
+
+if TYPE_CHECKING:
+    from parascale.config import TrainConfig
 
 DESCRIPTION = """\
 Run 'parascale train' or a 'parascale bench' study as Slurm jobs: one task per device under
@@ -156,7 +160,7 @@ def train_script(args: argparse.Namespace):
     with devices_elsewhere():  # the GPUs are on the nodes, not necessarily here
         checked = TrainConfig.from_dict(cfg)
         validate(checked)
-        if checked.task is not None:  # a user's task: loaded and tried here, as train does
+        if checked.job.task is not None:  # a user's task: loaded and tried here, as train does
             from parascale import tasks
 
             tasks.preflight(checked)
@@ -164,8 +168,8 @@ def train_script(args: argparse.Namespace):
             _check_builtin(checked)
     check_writable_folder(cfg["out"])
     out = Path(cfg["out"])
-    script = Script(name=job_name(f"ps-train-{out.name}"),
-                    what=f"parascale train {checked.task or checked.model + ' on ' + checked.dataset}, "
+    subject = checked.job.task or f"{checked.job.model} on {checked.data.dataset}"
+    script = Script(name=job_name(f"ps-train-{out.name}"), what=f"parascale train {subject}, "
                     f"{cfg['workers']} worker(s); record in {out}/record.json",
                     train=[*train_flags({k: v for k, v in cfg.items() if k != "out"}),
                            "--out", str(out)],
@@ -174,13 +178,13 @@ def train_script(args: argparse.Namespace):
     return render(script, opts), out, opts
 
 
-def _check_builtin(checked) -> None:
+def _check_builtin(checked: TrainConfig) -> None:
     """The registries' model and data (of a TrainConfig), where this machine can see them."""
     from parascale import data, models
 
-    models.check(checked.model)
+    models.check(checked.job.model)
     if data.elsewhere(checked):
-        print(f"parascale: warning: --data-dir {checked.data_dir} is not on this machine; "
+        print(f"parascale: warning: --data-dir {checked.data.data_dir} is not on this machine; "
               "the job reads it on the nodes (and says so if it is missing there too)",
               file=sys.stderr, flush=True)
     else:

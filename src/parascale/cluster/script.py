@@ -14,7 +14,6 @@ lines are the user's own shell by design, one line each.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import re
 import shlex
@@ -24,7 +23,7 @@ from typing import Any
 
 from parascale import safejson, sync
 from parascale.record import VERSION
-from parascale.config import TrainConfig
+from parascale.config import NAMES
 from parascale.errors import UsageError
 from parascale.runtime.world import PORT_BASE
 
@@ -209,8 +208,8 @@ def train_flags(train: dict[str, Any]) -> list[str]:
     to the caller."""
     flags: list[str] = []
     declared = sync.options()
-    for f in dataclasses.fields(TrainConfig):
-        if f.name == "sync_options":  # here --sync's options follow it, as in train's help
+    for name in NAMES:
+        if name == "sync_options":  # here --sync's options follow it, as in train's help
             options = {**dict(train.get("sync_options") or {}),
                        **{k: v for k, v in train.items() if k in declared}}
             for key, item in options.items():
@@ -218,8 +217,8 @@ def train_flags(train: dict[str, Any]) -> list[str]:
                     flags += _flag(key, item)
                 else:
                     flags += ["--sync-option", f"{key}={_option_text(item)}"]
-        elif f.name != "out" and train.get(f.name) is not None:
-            flags += _flag(f.name, train[f.name])
+        elif name != "out" and train.get(name) is not None:
+            flags += _flag(name, train[name])
     return flags
 
 

@@ -56,22 +56,23 @@ def names() -> list[str]:
 
 
 def _module(cfg: TrainConfig):
-    if cfg.dataset not in _REGISTRY:
-        raise UsageError(f"unknown dataset {cfg.dataset!r}; valid datasets: {', '.join(names())}")
-    return importlib.import_module(f"parascale.data.{_REGISTRY[cfg.dataset]}")
+    if cfg.data.dataset not in _REGISTRY:
+        raise UsageError(f"unknown dataset {cfg.data.dataset!r}; valid datasets: "
+                         f"{', '.join(names())}")
+    return importlib.import_module(f"parascale.data.{_REGISTRY[cfg.data.dataset]}")
 
 
 def tokens_per_sample(cfg: TrainConfig) -> int | None:
     """Tokens per sample of a text dataset (its throughput is counted in them), else None."""
-    return cfg.context if _REGISTRY.get(cfg.dataset) == "text" else None
+    return cfg.data.context if _REGISTRY.get(cfg.data.dataset) == "text" else None
 
 
 def elsewhere(cfg: TrainConfig) -> bool:
     """Whether --data-dir names a folder this machine does not have: on a cluster data often
     lives on a file system only the compute nodes mount, so a Slurm job checks it there (the
     worker refuses a missing folder in one line). With --download it is fetched here."""
-    return bool(cfg.data_dir) and not cfg.download and \
-        not os.path.lexists(os.path.expanduser(cfg.data_dir))
+    return bool(cfg.data.data_dir) and not cfg.data.download and \
+        not os.path.lexists(os.path.expanduser(cfg.data.data_dir))
 
 
 def check(cfg: TrainConfig) -> None:
@@ -86,7 +87,8 @@ def build(cfg: TrainConfig) -> DataBundle:
     from parascale.data.split import hold_out
 
     loader = _module(cfg)
-    return hold_out(handover.take(cfg, loader) or loader.build(cfg), cfg.val_fraction, cfg.seed)
+    return hold_out(handover.take(cfg, loader) or loader.build(cfg), cfg.data.val_fraction,
+                    cfg.job.seed)
 
 
 def prepare(cfg: TrainConfig, keep: bool = False) -> dict:
@@ -96,7 +98,7 @@ def prepare(cfg: TrainConfig, keep: bool = False) -> dict:
     from parascale.data.split import held_out
 
     facts = dict(handover.prepare(cfg, _module(cfg), keep))
-    held = held_out(facts["train"], cfg.val_fraction)  # as build() will hold out
+    held = held_out(facts["train"], cfg.data.val_fraction)  # as build() will hold out
     return {**facts, "train": facts["train"] - held, "val": held}
 
 

@@ -21,10 +21,10 @@ else:  # check() runs without torch, before it is needed; build() imports it
     F = lazy.module("torch.nn.functional", globals(), "F")
 
 SYNTHETIC_SALT = 0x5EED_DA7A
-"""Added to cfg.seed so the synthetic samples do not replay the stream that seeds the model."""
+"""Added to cfg.job.seed so the synthetic samples do not replay the stream that seeds the model."""
 
 DIGITS_SPLIT_SEED = 0
-"""Fixed (not cfg.seed) so every run, whatever its seed, is tested on the same 360 digits."""
+"""Fixed (not cfg.job.seed) so every run, whatever its seed, is tested on the same 360 digits."""
 DIGITS_TEST = 360
 
 
@@ -39,7 +39,7 @@ def stamp(cfg: TrainConfig) -> str:
 
 
 def build(cfg: TrainConfig) -> DataBundle:
-    return _synthetic(cfg) if cfg.dataset == "synthetic" else _digits(cfg)
+    return _synthetic(cfg) if cfg.data.dataset == "synthetic" else _digits(cfg)
 
 
 def _synthetic(cfg: TrainConfig) -> DataBundle:
@@ -51,25 +51,25 @@ def _synthetic(cfg: TrainConfig) -> DataBundle:
     """
     from parascale.data.split import DataBundle, TensorSplit
 
-    c, h, w = cfg.synthetic_shape
-    n_train = cfg.synthetic_size
+    c, h, w = cfg.data.synthetic_shape
+    n_train = cfg.data.synthetic_size
     n_test = max(1, n_train // 4)
-    gen = torch.Generator().manual_seed(cfg.seed + SYNTHETIC_SALT)
+    gen = torch.Generator().manual_seed(cfg.job.seed + SYNTHETIC_SALT)
     x = torch.randn((n_train + n_test, c, h, w), generator=gen)
     grid = (min(4, h), min(4, w))
-    projection = torch.randn((c * grid[0] * grid[1], cfg.num_classes), generator=gen)
+    projection = torch.randn((c * grid[0] * grid[1], cfg.data.num_classes), generator=gen)
     # Unit-norm columns give every class score the same distribution: balanced classes.
     projection /= projection.norm(dim=0, keepdim=True)
     y = (F.adaptive_avg_pool2d(x, grid).flatten(1) @ projection).argmax(1)
     # randn is already zero-mean, unit-variance: normalisation is the identity.
     mean, std = [0.0] * c, [1.0] * c
-    split: dict[str, Any] = dict(image_size=cfg.image_size)
-    size = cfg.image_size
+    split: dict[str, Any] = dict(image_size=cfg.data.image_size)
+    size = cfg.data.image_size
     return DataBundle(
         name="synthetic",
-        train=TensorSplit(x[:n_train], y[:n_train], mean, std, augment=cfg.augment, **split),
+        train=TensorSplit(x[:n_train], y[:n_train], mean, std, augment=cfg.data.augment, **split),
         test=TensorSplit(x[n_train:], y[n_train:], mean, std, **split),
-        num_classes=cfg.num_classes,
+        num_classes=cfg.data.num_classes,
         input_shape=(c, size, size) if size else (c, h, w),
     )
 
@@ -104,11 +104,12 @@ def _digits(cfg: TrainConfig) -> DataBundle:
     train_idx, test_idx = torch.tensor(digits_split.TRAIN), torch.tensor(digits_split.TEST)
     # Statistics of the fixed training split, so they too are the same for every run.
     mean, std = x[train_idx].mean().item(), x[train_idx].std().item()
-    split: dict[str, Any] = dict(image_size=cfg.image_size)
-    size = cfg.image_size
+    split: dict[str, Any] = dict(image_size=cfg.data.image_size)
+    size = cfg.data.image_size
     return DataBundle(
         name="digits",
-        train=TensorSplit(x[train_idx], y[train_idx], [mean], [std], augment=cfg.augment, **split),
+        train=TensorSplit(x[train_idx], y[train_idx], [mean], [std], augment=cfg.data.augment,
+                          **split),
         test=TensorSplit(x[test_idx], y[test_idx], [mean], [std], **split),
         num_classes=10,
         input_shape=(1, size, size) if size else (1, 8, 8),

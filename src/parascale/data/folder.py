@@ -108,8 +108,8 @@ def scan(cfg: TrainConfig) -> Layout:
     test_samples = [p for p in (_first_image(test / c) for c in classes if (test / c).is_dir()) if p]
     if not test_samples:
         raise UsageError(f"imagefolder: no images in {test}; expected {test}/<class>/<image>")
-    if cfg.image_size:
-        return Layout(train, test, classes, (3, cfg.image_size, cfg.image_size))
+    if cfg.data.image_size:
+        return Layout(train, test, classes, (3, cfg.data.image_size, cfg.data.image_size))
     sizes = {p: _size(p) for p in samples + test_samples}
     first = sizes[samples[0]]
     other = next((p for p, s in sizes.items() if s != first), None)
@@ -125,7 +125,7 @@ def _size_message(a: Path, size_a: tuple[int, ...], b: Path, size_b: tuple[int, 
 
 def check(cfg: TrainConfig) -> None:
     layout = scan(cfg)
-    if cfg.verify_data:
+    if cfg.data.verify_data:
         verify(cfg, layout)
 
 
@@ -243,7 +243,8 @@ class FolderSplit(Split):
 def _datasets(cfg: TrainConfig, layout: Layout) -> tuple[ImageFolder, ImageFolder]:
     from torchvision import transforms
 
-    steps = [transforms.Resize((cfg.image_size, cfg.image_size))] if cfg.image_size else []
+    size = cfg.data.image_size
+    steps = [transforms.Resize((size, size))] if size else []
     transform = transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
     folder = _known_classes_folder()
     try:
@@ -259,7 +260,7 @@ def build(cfg: TrainConfig) -> DataBundle:
     train, test = _datasets(cfg, layout)
     return DataBundle(
         name="imagefolder",
-        train=FolderSplit(train, augment=cfg.augment),
+        train=FolderSplit(train, augment=cfg.data.augment),
         test=FolderSplit(test),
         num_classes=len(layout.classes),
         input_shape=layout.shape,

@@ -54,7 +54,7 @@ def key(cfg: TrainConfig, loader) -> str | None:
     stamp = getattr(loader, "stamp", None)
     if stamp is None:
         return None
-    return json.dumps([*(getattr(cfg, name) for name in FIELDS), stamp(cfg)], default=str)
+    return json.dumps([*(cfg.value(name) for name in FIELDS), stamp(cfg)], default=str)
 
 
 def prepare(cfg: TrainConfig, loader, keep: bool) -> dict[str, Any]:

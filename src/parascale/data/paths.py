@@ -8,19 +8,19 @@ from parascale.errors import UsageError
 
 
 def data_dir(cfg: TrainConfig, expected: str) -> Path:
-    """The dataset folder, or a UsageError saying what `cfg.dataset` expects to find in it.
+    """The dataset folder, or a UsageError saying what `cfg.data.dataset` expects to find in it.
 
     `expected` describes the folder's contents, e.g. "cifar-10-batches-py/". With --download
     the folder may be missing (torchvision creates it), but it must still be given.
     """
-    name = cfg.dataset
-    if not cfg.data_dir:
+    name = cfg.data.dataset
+    if not cfg.data.data_dir:
         hint = "" if name == "imagefolder" else " (add --download to fetch it there)"
         raise UsageError(f"{name} needs --data-dir: a folder holding {expected}{hint}")
-    root = Path(cfg.data_dir).expanduser()
+    root = Path(cfg.data.data_dir).expanduser()
     if root.exists() and not root.is_dir():
         raise UsageError(f"{name}: --data-dir {root} is a file, not a folder holding {expected}")
-    if not root.exists() and not cfg.download:
+    if not root.exists() and not cfg.data.download:
         hint = "" if name == "imagefolder" else " (or pass --download to fetch it there)"
         raise UsageError(f"{name}: --data-dir {root} does not exist; expected a folder holding "
                          f"{expected}{hint}")

@@ -139,6 +139,15 @@ def resize(x: torch.Tensor, size: int | None) -> torch.Tensor:
                          align_corners=False)
 
 
+def on_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``. Onto a GPU through pinned memory: that copy is queued behind the
+    device's work and the host goes on, where a copy from pageable memory makes the host wait
+    for the device (a synchronisation in every step, which a GPU's plain loop avoids so)."""
+    if device.type == "cuda" and t.device.type == "cpu" and not t.is_pinned():
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 def as_index(batch: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """One index batch as an int64 CPU tensor."""
     return torch.as_tensor(batch, dtype=torch.long, device="cpu").reshape(-1)
@@ -217,8 +226,8 @@ class TensorSplit(Split):
                 continue
             # Move the raw (often uint8, 4x smaller) samples first: on a GPU the conversion,
             # resize and augmentation then run there; on the CPU the order makes no difference.
-            x = self.x.index_select(0, idx).to(device, non_blocking=True)
-            y = self.y.index_select(0, idx).to(device, non_blocking=True)
+            x = on_device(self.x.index_select(0, idx), device)
+            y = on_device(self.y.index_select(0, idx), device)
             x = x.to(torch.float32)  # index_select made a copy, so in-place ops below are safe
             if not self._identity:
                 a, b = self._coefficients(x.device)

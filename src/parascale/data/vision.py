@@ -88,46 +88,46 @@ def _problem(cfg: TrainConfig, spec: VisionSpec) -> str | None:
     """What is missing under --data-dir, as a one-line message, or None if all is there."""
     root = data_dir(cfg, f"{spec.folder}/")
     folder = root / spec.folder
-    if cfg.download:
+    if cfg.data.download:
         return None  # torchvision fetches whatever is missing
     if spec.legacy and all((folder / f).is_file() for f in spec.legacy):
         return None
     expected = f"expected {folder}/{spec.describe}"
     if not folder.is_dir():
-        return f"{cfg.dataset}: no {spec.folder} in {root}; {expected} (or pass --download)"
+        return f"{cfg.data.dataset}: no {spec.folder} in {root}; {expected} (or pass --download)"
     missing = [f for f in spec.files if not (folder / f).is_file()]
     if missing:
         # torchvision only extracts archives while downloading, so a .gz alone is "missing"
         gz = any((folder / f"{f}.gz").is_file() for f in missing)
         hint = "gunzip the .gz files there, or pass --download" if gz else "or pass --download"
-        return f"{cfg.dataset}: {folder} lacks {', '.join(missing)}; {expected} ({hint})"
+        return f"{cfg.data.dataset}: {folder} lacks {', '.join(missing)}; {expected} ({hint})"
     return None
 
 
 def check(cfg: TrainConfig) -> None:
     """Fail fast on missing files; with --download, fetch them here, once, so that the
     workers (which all call `build`) find them present instead of racing to download."""
-    spec = SPECS[cfg.dataset]
+    spec = SPECS[cfg.data.dataset]
     problem = _problem(cfg, spec)
     if problem:
         raise UsageError(problem)
-    if cfg.download:
+    if cfg.data.download:
         _load(cfg, train=True)
 
 
 def _load(cfg: TrainConfig, *, train: bool):
     """The torchvision dataset; its errors (missing, corrupt, download failed) as UsageError."""
-    spec = SPECS[cfg.dataset]
-    root = str(Path(cfg.data_dir).expanduser())
+    spec = SPECS[cfg.data.dataset]
+    root = str(Path(cfg.data.data_dir).expanduser())
     try:
-        return _dataset_class(cfg.dataset)(root, train=train, download=cfg.download)
+        return _dataset_class(cfg.data.dataset)(root, train=train, download=cfg.data.download)
     except (RuntimeError, OSError, ValueError, TypeError, AssertionError, EOFError, KeyError,
             pickle.UnpicklingError) as error:
         problem = _problem(cfg, spec)
         if problem:  # the files vanished since check()
             raise UsageError(problem) from error
-        action = "download into" if cfg.download else "read"
-        raise UsageError(f"{cfg.dataset}: could not {action} {Path(root) / spec.folder}: "
+        action = "download into" if cfg.data.download else "read"
+        raise UsageError(f"{cfg.data.dataset}: could not {action} {Path(root) / spec.folder}: "
                          f"{first_line(error)}; expected {spec.describe} there "
                          "(delete them and pass --download to fetch them again)") from error
 
@@ -145,18 +145,18 @@ def _split(cfg: TrainConfig, spec: VisionSpec, *, train: bool) -> TensorSplit:
     x = x.contiguous()  # one layout for fast index_select
     labels_ok = len(y) == 0 or (int(y.min()) >= 0 and int(y.max()) < 10)
     if x.shape[1:] != spec.shape or len(y) != len(x) or not labels_ok:
-        raise UsageError(f"{cfg.dataset}: files in {Path(cfg.data_dir) / spec.folder} hold "
-                         f"{len(x)} samples of shape {tuple(x.shape[1:])} with {len(y)} labels; "
-                         f"expected shape {spec.shape} and labels 0..9 for each sample")
-    return TensorSplit(x, y, spec.mean, spec.std, scale=1 / 255, image_size=cfg.image_size,
-                       augment=cfg.augment and train)
+        raise UsageError(f"{cfg.data.dataset}: files in {Path(cfg.data.data_dir) / spec.folder} "
+                         f"hold {len(x)} samples of shape {tuple(x.shape[1:])} with {len(y)} "
+                         f"labels; expected shape {spec.shape} and labels 0..9 for each sample")
+    return TensorSplit(x, y, spec.mean, spec.std, scale=1 / 255, image_size=cfg.data.image_size,
+                       augment=cfg.data.augment and train)
 
 
 def stamp(cfg: TrainConfig) -> list:
     """The source, for ``data.handover``: name, size and time of each file the data is read
     from, so that files replaced between two runs of one process are read again."""
-    spec = SPECS[cfg.dataset]
-    folder = Path(cfg.data_dir).expanduser() / spec.folder
+    spec = SPECS[cfg.data.dataset]
+    folder = Path(cfg.data.data_dir).expanduser() / spec.folder
     facts = []
     for name in (*spec.files, *spec.legacy):
         try:
@@ -170,14 +170,14 @@ def stamp(cfg: TrainConfig) -> list:
 def build(cfg: TrainConfig) -> DataBundle:
     from parascale.data.split import DataBundle
 
-    spec = SPECS[cfg.dataset]
+    spec = SPECS[cfg.data.dataset]
     problem = _problem(cfg, spec)
     if problem:
         raise UsageError(problem)
     c, h, w = spec.shape
-    size = cfg.image_size
+    size = cfg.data.image_size
     return DataBundle(
-        name=cfg.dataset,
+        name=cfg.data.dataset,
         train=_split(cfg, spec, train=True),
         test=_split(cfg, spec, train=False),
         num_classes=10,

@@ -140,12 +140,11 @@ def _evaluate(folder: Path) -> dict[str, float]:
     import torch
 
     from parascale import tasks
-    from parascale.config import TrainConfig
     from parascale.training.loop.evaluate import evaluate_alone
 
-    cfg = TrainConfig.from_dict(json.loads((folder / "record.json").read_text())["config"])
+    cfg = tasks.config_of_record(json.loads((folder / "record.json").read_text())["config"])
     task, bundle = tasks.prepare(cfg)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.job.seed)
     model = task.model()
     state = torch.load(folder / MODEL, map_location="cpu", weights_only=True)
     # a compiled model's keys carry torch.compile's wrapper prefix

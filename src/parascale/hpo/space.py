@@ -26,7 +26,7 @@ from parascale.validation import validate
 #: what the search itself decides for every trial, or what does not change a trial's outcome
 NOT_SEARCHED = ("workers", "gpus", "device", "backend", "threads", "oversubscribe", "port",
                 "timeout", "out", "tensorboard", "save_model", "val_fraction", "evaluate_test",
-                "target_accuracy", "stop_at_target", "eval_every", "sync_options", "data_dir",
+                "target_accuracy", "stop_at_target", "eval_every", "eval_batches", "sync_options", "data_dir",
                 "download", "verify_data", "dataset")
 
 

@@ -65,9 +65,9 @@ def names() -> list[str]:
 
 
 def options(cfg) -> dict:
-    """The keyword arguments ``build`` passes to ``cfg.model``'s factory (its sizes), or none."""
-    fields = _load(_OPTIONS[cfg.model]) if cfg.model in _OPTIONS else ()
-    return {name: getattr(cfg, name) for name in fields}
+    """The keyword arguments ``build`` passes to the model's factory (its sizes), or none."""
+    fields = _load(_OPTIONS[cfg.job.model]) if cfg.job.model in _OPTIONS else ()
+    return {name: cfg.value(name) for name in fields}
 
 
 def _closest(name: str) -> str | None:

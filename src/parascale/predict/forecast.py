@@ -47,11 +47,7 @@ class Options:
 
 def validate(opts: Options) -> None:
     """Every option checked before anything is read: one line each."""
-    if not opts.workers or any(not 1 <= n <= limits.MAX_COUNT for n in opts.workers):
-        shown = ",".join(map(str, opts.workers))
-        shown = shown if len(shown) <= 40 else shown[:40] + "…"
-        raise UsageError(f"--workers {shown or '(empty)'}: worker counts must be positive "
-                         f"integers up to {limits.MAX_COUNT:,}, e.g. 1,2,4,8")
+    limits.workers(opts.workers)
     for name in ("gpus_per_node", "ps_servers", "period", "batch_size"):
         limits.option(name.replace("_", "-"), getattr(opts, name), 1, limits.MAX_COUNT,
                       "a whole number")
@@ -193,7 +189,7 @@ def predict(opts: Options) -> Prediction:
         sorted({r.scaling for r in records if r.scaling in MODES}) or list(MODES)
     strong_batch = opts.global_batch or next(
         (r.get("derived", "global_batch") for r in records if r.scaling == "strong"), None) \
-        or batch
+        or _own_global_batch(refs) or batch
     if strategy.every == 1 and strategy.name != costs.TREE.name:
         from parascale import sync
 
@@ -225,6 +221,17 @@ def predict(opts: Options) -> Prediction:
     measured = [c for c in checks(records, model) if c.mode in curves]
     return Prediction(subject, model, curves, measured, notes,
                       [str(s) for s in opts.sources], utilisation.from_records(records))
+
+
+def _own_global_batch(refs: list[calibrate.Phases]) -> int | None:
+    """The global batch the reference runs trained with (the largest, if they differ): what
+    strong scaling keeps when no record ran strong scaling. A single run of 2 workers at 32 a
+    device keeps its 64 (a 1-worker reference's is its per-device batch); None when no record
+    states it."""
+    found = [limits.field(p.record.path, "derived.global_batch", g, 1, limits.MAX_COUNT ** 2,
+                          "samples")
+             for p in refs if (g := p.record.get("derived", "global_batch")) is not None]
+    return int(max(found)) if found else None
 
 
 def _check_finite(curves: dict[str, list[Point]]) -> None:

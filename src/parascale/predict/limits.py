@@ -18,6 +18,7 @@ MAX_SECONDS = 1e6  # a step of eleven days
 MAX_BYTES = 1e15  # a petabyte exchanged per step
 MAX_COUNT = 10 ** 7  # devices, servers, samples per batch, steps between averages
 MAX_SAMPLES = 1e12  # a gradient noise scale
+MIN_GIB, MAX_GIB = 1e-3, 1e6  # a device's memory: a MiB to a petabyte
 
 
 def number(value: Any) -> float | None:
@@ -40,7 +41,17 @@ def within(value: Any, low: float, high: float) -> bool:
 def option(name: str, value: Any, low: float, high: float, what: str) -> None:
     """Refuse ``--name value`` unless it is a finite number from ``low`` to ``high``."""
     if value is not None and not within(value, low, high):
-        raise UsageError(f"--{name} must be {what} from {low:g} to {high:g}, got {value}")
+        shown = f"{value:g}" if isinstance(value, float) else _shown(value)
+        raise UsageError(f"--{name} must be {what} from {low:g} to {high:g}, got {shown}")
+
+
+def workers(counts: Any) -> None:
+    """Refuse ``--workers`` unless every count is a whole number from 1 to :data:`MAX_COUNT`."""
+    if not counts or any(not 1 <= n <= MAX_COUNT for n in counts):
+        shown = ",".join(map(str, counts or ()))
+        shown = shown if len(shown) <= 40 else shown[:40] + "…"
+        raise UsageError(f"--workers {shown or '(empty)'}: worker counts must be positive "
+                         f"integers up to {MAX_COUNT:,}, e.g. 1,2,4,8")
 
 
 def field(where: Any, path: str, value: Any, low: float, high: float, unit: str) -> float:

@@ -13,12 +13,11 @@ Beyond the paper's steady state, FSDP as parascale runs it (sync/fsdp.py) peaks 
 :func:`peak` adds where the largest unit (a transformer block, a layer) is known: backward
 builds one unit's gradients whole before reduce-scattering them, into a buffer of the same size
 (2·G per parameter of the unit); at stage 3 the unit computing and the next one, prefetched, are
-gathered whole (2·P per parameter of the unit); and evaluation keeps every unit gathered (ranks
-may evaluate different numbers of batches, so it must not communicate), beside the parameters'
-and the optimizer state's shards, gradients freed: PΨ + (P + S)Ψ/N. And before training, every
-rank builds the model whole: PΨ, whatever the strategy (flops.py counts its FLOPs on fake
-tensors, copying nothing; until it did, its real copy with gradients, (2P + G)Ψ, set FSDP's
-measured peak on 2 CPU workers, benchmarks/RESULTS-sharded.md).
+gathered whole (2·P per parameter of the unit). Evaluation gathers one unit at a time as the
+step does, its gradients freed, so it never peaks above the step. Before training, a rank holds
+the model as it is built (:func:`startup`): whole, PΨ, under a strategy that keeps the
+parameters whole; under one that shards them, its shards, filled one tensor at a time with the
+largest tensor whole beside them (PΨ/N + P·largest; training/loop/building.py, models/deferred.py).
 """
 from __future__ import annotations
 
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 
 from parascale import sync
 from parascale.errors import UsageError
+from parascale.predict import limits
 
 
 @dataclass(frozen=True)
@@ -68,40 +68,58 @@ def transient(stage: int, b: PerParameter, unit: float) -> float:
     return 2 * b.grads * unit + (2 * b.params * unit if stage == 3 else 0.0)
 
 
-def evaluation(stage: int, psi: float, n: int, b: PerParameter) -> float:
-    """Bytes a device holds while parascale evaluates under fsdp: every parameter gathered."""
-    return b.params * psi + (b.params + b.state) * psi / n if stage >= 2 else 0.0
+def shards_parameters(stage: int) -> bool:
+    """Whether the strategy that runs ``stage`` keeps only a part of the parameters on each
+    rank between steps, and so builds the model shard by shard (its traits say)."""
+    name = runs(stage).split()[0]
+    return "params" in sync.traits_of(name).shards if name in sync.names() else False
 
 
-def startup(psi: float, b: PerParameter) -> float:
-    """Bytes every rank holds before training: the model as built, whole (training/loop/train.py
-    builds it, and only then does the strategy shard; flops.py counts on fake tensors)."""
+def startup(stage: int, psi: float, n: int, b: PerParameter, largest: float = 0.0) -> float:
+    """Bytes a rank holds as the model is built: PΨ whole, or, where ``stage``'s strategy
+    shards the parameters on ``n`` > 1 ranks, the shards, each tensor replayed whole on its
+    own (``largest`` parameters, the largest tensor) before its shard is kept."""
+    if n > 1 and shards_parameters(stage):
+        return b.params * (psi / n + largest)
     return b.params * psi
 
 
 def peak(stage: int, psi: float, n: int, b: PerParameter, activations: float = 0.0,
-         unit: float = 0.0) -> float:
+         unit: float = 0.0, largest: float = 0.0) -> float:
     """The peak of one of ``n`` devices as parascale trains: the steady bytes plus the step's
-    transients, the evaluation's, or the start-up's, whichever is most (on one device nothing
-    is sharded or gathered)."""
+    transients, or the start-up's, whichever is more (on one device nothing is sharded or
+    gathered)."""
     steady = per_device(stage, psi, n, b, activations)
     if stage >= 2 and n > 1:
-        steady = max(steady + transient(stage, b, unit), evaluation(stage, psi, n, b))
-    return max(steady, startup(psi, b))
+        steady += transient(stage, b, unit)
+    return max(steady, startup(stage, psi, n, b, largest))
 
 
 def largest_unit(record) -> int | None:
     """The parameters of the largest unit FSDP would shard ``record``'s model by (its blocks or
-    layers, sync/fsdp.py), counted on the model built without weights; None if it cannot be."""
+    layers, tied ones together: sync/fsdp.py), counted on the model built without weights;
+    None if it cannot be."""
+    sizes = _sizes(record)
+    return None if sizes is None else sizes[0]
+
+
+def largest_tensor(record) -> int | None:
+    """The parameters of ``record``'s model's largest parameter tensor, or None."""
+    sizes = _sizes(record)
+    return None if sizes is None else sizes[1]
+
+
+def _sizes(record) -> tuple[int, int] | None:
     from parascale.predict.gradient import build
-    from parascale.sync.fsdp import units
+    from parascale.sync.fsdp import groups
 
     model = build(record)
     if model is None:
         return None
-    sizes = [sum(p.numel() for p in u.parameters()) for u in units(model)]
+    sizes = [sum(p.numel() for m in g for p in m.parameters()) for g in groups(model)]
     # the model itself is the last unit, holding what no other does (embeddings, a head)
-    return max([*sizes, sum(p.numel() for p in model.parameters()) - sum(sizes)])
+    unit = max([*sizes, sum(p.numel() for p in model.parameters()) - sum(sizes)])
+    return unit, max(p.numel() for p in model.parameters())
 
 
 def sent_per_step(stage: int, psi: float, n: int, b: PerParameter) -> float:
@@ -143,7 +161,8 @@ def from_record(record) -> tuple[float, PerParameter, float, str]:
 
 
 def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
-          act_words: str, workers: list[int], unit: int | None = None) -> str:
+          act_words: str, workers: list[int], unit: int | None = None,
+          largest: int | None = None) -> str:
     """The answer and the per-device figures, as printed by ``parascale predict``."""
     memory = memory_gib * 2**30
     lines = [f"memory: {psi:,.0f} parameters; {b.params:g} + {b.grads:g} + {b.state:g} bytes "
@@ -165,13 +184,14 @@ def table(psi: float, memory_gib: float, b: PerParameter, activations: float,
         lines.append(f"GiB per device at the peak as parascale runs {runs(3).split()[0]} "
                      f"(largest unit {unit:,} "
                      "parameters: its gradients whole and the reduce-scatter's buffer, at stage "
-                     "3 it and the next unit gathered; every parameter gathered at evaluation; "
-                     f"before training the model whole, "
-                     f"{startup(psi, b) / 2**30:.2f} GiB):")
+                     "3 it and the next unit gathered, in evaluation too; the model built shard "
+                     f"by shard, its largest tensor ({largest or 0:,} parameters) whole at a "
+                     "time):")
         lines.append("  " + f"{'N':>6}" + "".join(f"{STAGES[s][0]:>12}" for s in (2, 3)))
         for n in workers:
             lines.append(f"  {n:>6}" + "".join(
-                f"{peak(s, psi, n, b, activations, unit) / 2**30:>12.2f}" for s in (2, 3)))
+                f"{peak(s, psi, n, b, activations, unit, largest or 0) / 2**30:>12.2f}"
+                for s in (2, 3)))
     lines.append("  not modelled: DDP's gradient buckets (+ the gradients again under replicated "
                  "and stage 1), " + ("" if unit is not None else
                                      "FSDP's transients (a record of a model built here gives "
@@ -183,8 +203,11 @@ def answer(sources: list[str], params: float | None, memory_gib: float, workers:
            model: str | None = None) -> str:
     """``parascale predict --device-memory``: from ``--params``, a record, or both (Ψ given,
     the bytes per parameter and the activations measured)."""
-    if not math.isfinite(memory_gib) or memory_gib <= 0:
-        raise UsageError(f"--device-memory must be a positive number of GiB, got {memory_gib:g}")
+    # the scaling prediction's limits (forecast.validate), so that every count stays short
+    limits.option("device-memory", memory_gib, limits.MIN_GIB, limits.MAX_GIB,
+                  "a positive number of GiB")
+    limits.workers(workers)
+    limits.option("params", params, 1, limits.MAX_BYTES / 4, "a parameter count")
     if not sources:
         if params is None:
             raise UsageError("--device-memory needs the model: --params N (e.g. 7e9), or a "
@@ -204,7 +227,7 @@ def answer(sources: list[str], params: float | None, memory_gib: float, workers:
                          + (f" for --model {model}" if model else "")
                          + "; train with this parascale, or give --params N alone")
     psi, b, activations, words = from_record(usable[0])
-    unit = largest_unit(usable[0])
+    unit, largest = largest_unit(usable[0]), largest_tensor(usable[0])
     if params is not None:  # the record's units are not --params' model's
         psi, words, unit = params, words + " (for the record's model, not --params')", None
-    return table(psi, memory_gib, b, activations, words, workers, unit)
+    return table(psi, memory_gib, b, activations, words, workers, unit, largest)

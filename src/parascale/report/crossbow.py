@@ -1,7 +1,8 @@
 """The Crossbow paper's three figures, drawn from the runs that support them.
 
 - time-to-accuracy against batch size (batch per learner under a strategy whose traits say it
-  trains several learners per device, Crossbow's SMA; per device else);
+  trains several learners per device, Crossbow's SMA; per device else), a line through runs
+  alike but for their batch, a point for each other run;
 - throughput gain per added learner: runs of such a strategy that differ only in learners per
   device, and the auto-tuner's own decisions against its threshold;
 - test accuracy against training time for each count of learners.
@@ -38,8 +39,12 @@ def _batch(record: RunRecord) -> int | None:
 
 
 def _series(record: RunRecord) -> str:
+    """What runs alike but for their batch share: the strategy (and its learners), the scaling
+    mode and the worker count. Runs that differ in any of these are not one trend in batch."""
     m = _learners(record)
-    return f"{record.sync}, {m} learner(s)" if _of_learners(record) and m else record.sync
+    name = f"{record.sync}, {m} learner(s)" if _of_learners(record) and m else record.sync
+    mode = f", {record.scaling}" if record.scaling else ""
+    return f"{name}{mode}, {record.workers} worker(s)"
 
 
 def _log2_axis(ax, values) -> None:
@@ -50,12 +55,15 @@ def _log2_axis(ax, values) -> None:
 
 
 def tta_by_batch(records: list[RunRecord], figure, colors):
-    """Time to the target against batch size, one line per strategy (and learner count)."""
+    """Time to the target against batch size: a line through runs alike but for their batch
+    (:func:`_series`), a point for a series run at one batch only."""
     found: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    learners = False
     for r in records:
         tta, batch = r.get("time_to_accuracy"), _batch(r)
         if isinstance(tta, dict) and batch:
             found[_series(r)][batch].append(tta)
+            learners = learners or _of_learners(r)
     targets = {(t["target"], t.get("metric", "accuracy"), t.get("higher_is_better", True))
                for by in found.values() for ts in by.values() for t in ts}
     if len({b for by in found.values() for b in by}) < 2 or len(targets) != 1:
@@ -75,14 +83,19 @@ def tta_by_batch(records: list[RunRecord], figure, colors):
         ax.plot(xs, ys, marker="o", color=colors[i % len(colors)], label=escaped(name))
     _log2_axis(ax, [b for by in found.values() for b in by])
     ax.set_xlabel(f"batch per learner ({', '.join(sync.with_trait(learners=True))}) or per "
-                  "device (others), log-2 scale")
+                  "device (others), log-2 scale" if learners else
+                  "batch per device (log-2 scale)")
     ax.set_ylabel(f"training time to {target:.0%} test accuracy (s)" if metric == "accuracy"
                   else f"training time to {metric} {'≥' if higher else '≤'} {target:g} (s)")
-    ax.legend(title="strategy")
+    ax.legend(title="strategy, scaling, workers", fontsize=7)
+    title = "Time-to-accuracy against batch size"
+    ax.set_title(title)
     caption = ("Median time to the target over the repeats (the first evaluation reaching it). "
+               "A line joins runs alike but for their batch (strategy, scaling mode, workers); "
+               "a point alone is a series run at one batch, not a trend. "
                + (f"Not reached in every repeat, left out: {'; '.join(missed)}." if missed
                   else "Every run reached it."))
-    return fig, "crossbow_tta_by_batch", "Time-to-accuracy against batch size", caption
+    return fig, "crossbow_tta_by_batch", title, caption
 
 
 def learner_gain(records: list[RunRecord], figure, colors):

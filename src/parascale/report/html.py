@@ -46,14 +46,16 @@ ENV_KEYS = ["python", "torch", "torchvision", "parascale", "backend", "device_ty
 
 DEFINITIONS = [
     ("X_N", "global steady throughput: training samples per second over all N workers, total "
-            "samples divided by the slowest worker's time, warm-up (first) epoch excluded"),
+            "samples divided by the slowest worker's time, warm-up (first) epoch excluded; "
+            "shown in the task's unit (a language model's tokens/s: samples/s times the "
+            "tokens in a sample)"),
     ("per device", "X_N / N"),
     ("speedup S", "N_ref · X_N / X_ref; the reference is the 1-worker run, or the smallest N "
                   "measured when there is none (then said under the table)"),
     ("efficiency E", "S / N. Weak scaling (per-device batch fixed): E = t1/tN; strong scaling "
                      "(global batch fixed): E = t1/(N·tN), t = time per step. Not capped at "
                      "100%: super-linear results are shown as measured"),
-    ("baseline samples/s", "throughput of the contention baseline: the same N processes, "
+    ("baseline samples/s (tokens/s)", "throughput of the contention baseline: the same N processes, "
                            "gradients never exchanged"),
     ("lost: sharing / lost: exchange", "where the efficiency lost (1 − E) went, in points of "
      "efficiency: ideal → baseline → measured. Sharing = 1 − X_b/(N·X_1), what N processes "

@@ -238,7 +238,8 @@ def _invalid(data: dict[str, Any]) -> str:
     if data["status"] != "ok":
         return ""
     record = RunRecord(Path(), "", data)
-    if not isinstance(record.get("config", "model"), str):
+    if not isinstance(record.get("config", "model"), str) and \
+            not isinstance(record.get("config", "task"), str):  # a task's record: model null
         return "status ok but config.model is missing"
     if not isinstance(record.get("derived", "world_size"), int) or record.get("derived", "world_size") < 1:
         return "status ok but derived.world_size is missing or not a positive integer"

@@ -55,7 +55,7 @@ from parascale.report.series import variants
 FORMULAS = {
     "weak": "E = t1/tN (t = time per step, per-device batch fixed)",
     "strong": "E = t1/(N·tN) (t = time per step, global batch fixed)",
-    None: "E = X_N/(N·X_1) (X = global throughput in samples/s; scaling mode not recorded)",
+    None: "E = X_N/(N·X_1) (X = global steady throughput; scaling mode not recorded)",
 }
 SPEEDUP = "S = X_N/X_1, E = S/N"
 class GroupKey(NamedTuple):

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from parascale.report.load import RunRecord
 
 ALONG_A_SERIES = {"workers", "gpus", "batch_size", "global_batch", "threads", "out", "port",
-                  "timeout", "save_model", "eval_every", "data_dir", "download", "seed", "sync",
+                  "timeout", "save_model", "eval_every", "eval_batches", "data_dir", "download", "seed", "sync",
                   "device", "backend", "model", "dataset", "oversubscribe", "verify_data",
                   "tensorboard"}
 

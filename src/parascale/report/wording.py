@@ -103,8 +103,9 @@ def _how_it_scaled(group: list[Row]) -> str:
     ref = next(r for r in group if r.workers == r.reference_workers)
     top = group[-1]
     if len(group) == 1:
-        text = (f"only {_plural(top.workers, 'worker')} measured ({top.throughput:,.0f} "
-                "samples/s), so there is nothing to compare against")
+        text = (f"only {_plural(top.workers, 'worker')} measured "
+                f"({top.throughput * top.units_per_sample:,.0f} {top.unit}/s), so there is "
+                "nothing to compare against")
         if top.workers != 1:
             text += (f": a speedup needs a 1-worker run (--workers 1,{top.workers}, or "
                      "--scaling weak|strong for a whole study)")

@@ -284,17 +284,22 @@ MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
 
 
+def map_large_buffers(threshold: int) -> None:
+    """This process's allocations of ``threshold`` bytes and more are mapped and unmapped on
+    their own from now on (glibc's mallopt), unless MALLOC_MMAP_THRESHOLD_ says otherwise."""
+    if MMAP_ENV not in os.environ:
+        _mmap_threshold(str(threshold))
+
+
 def _mmap_threshold(text: str) -> None:
     """mallopt(M_MMAP_THRESHOLD): allocations above it are mapped and unmapped on their own (and
     the threshold no longer rises as buffers are freed). Not glibc, or not a number: unchanged."""
     import ctypes
-    import ctypes.util
 
     if not (text.strip().isascii() and text.strip().isdigit()):
         return
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, int(text))
+    try:  # the process's own symbols, libc's among them (find_library would run ldconfig)
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, int(text))
     except (OSError, AttributeError):
         pass
 

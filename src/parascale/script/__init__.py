@@ -64,8 +64,8 @@ def start() -> Run:
     sync.settle(cfg)  # a plain process names no strategy: the default's, with its options
     name = Path(spec["path"] if spec else sys.argv[0] or "script").name
     args = spec["argv"] if spec else sys.argv[1:]
-    device_type = resolve_device_type(cfg.device, cfg.gpus)
-    backend = resolve_backend(cfg.backend, device_type)
+    device_type = resolve_device_type(cfg.processes.device, cfg.processes.gpus)
+    backend = resolve_backend(cfg.processes.backend, device_type)
     if dist.is_initialized():  # the script joined a world itself: take it as it is
         import torch
 
@@ -75,9 +75,9 @@ def start() -> Run:
         world = World(dist.get_rank(), dist.get_world_size(), local, device, dist.get_backend(),
                       external_launcher() or "local")
     elif spec is None and external_launcher() is None:
-        world = _alone(backend, cfg.timeout)
+        world = _alone(backend, cfg.processes.timeout)
     else:
-        world = join(device_type, backend, cfg.gpus, cfg.timeout)
+        world = join(device_type, backend, cfg.processes.gpus, cfg.processes.timeout)
     _current = Run(cfg, world, name, list(args))
     return _current
 

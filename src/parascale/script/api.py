@@ -64,7 +64,7 @@ class Run:
         #: whether epochs are gathered into a record: not in a plain process (a world of one
         #: outside parascale run), where nothing is written and the steps alone are timed
         self.recording = world.launcher != "plain"
-        self.tensorboard = open_tensorboard(cfg.tensorboard, world.is_main)  # --tensorboard DIR
+        self.tensorboard = open_tensorboard(cfg.output.tensorboard, world.is_main)
 
     # --- the model and optimizer ------------------------------------------------------------
 

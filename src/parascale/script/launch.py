@@ -43,21 +43,24 @@ def checked(given: dict[str, Any]) -> tuple[TrainConfig, int]:
 
     cfg = TrainConfig.from_dict(given)
     validate(cfg)
-    if (why := refusal(cfg.sync)) is not None:
+    if (why := refusal(cfg.strategy.sync)) is not None:
         raise UsageError(why)
-    resolve_backend(cfg.backend, resolve_device_type(cfg.device, cfg.gpus))  # --gpus, no CUDA
-    if cfg.out and speaks():
-        check_writable_folder(cfg.out)
-    if cfg.tensorboard and speaks():  # rank 0 writes the series
-        check_writable_folder(cfg.tensorboard, "--tensorboard")
+    processes = cfg.processes
+    resolve_backend(processes.backend,  # --gpus without CUDA
+                    resolve_device_type(processes.device, processes.gpus))
+    if cfg.output.out and speaks():
+        check_writable_folder(cfg.output.out)
+    if cfg.output.tensorboard and speaks():  # rank 0 writes the series
+        check_writable_folder(cfg.output.tensorboard, "--tensorboard")
     size = world_size_for(cfg)
     launcher = external_launcher()
-    if launcher and cfg.gpus is None and cfg.workers is not None and cfg.workers != size:
-        raise UsageError(f"--workers {cfg.workers} does not match the {size} processes "
+    if launcher and processes.gpus is None and processes.workers is not None \
+            and processes.workers != size:
+        raise UsageError(f"--workers {processes.workers} does not match the {size} processes "
                          f"started by {launcher}; leave --workers out under a launcher")
     if not launcher:
         check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
-                               insist=cfg.oversubscribe)
+                               insist=processes.oversubscribe)
     return cfg, size
 
 

@@ -59,7 +59,7 @@ def _task(run: Measured) -> dict[str, Any]:
 def _time_to_target(run: Measured) -> dict[str, Any] | None:
     """The record's ``time_to_accuracy`` over the epochs the script logged; a target on a
     metric it never logged is never reached, and rank 0 says why."""
-    target = tasks.target_of(run.cfg)
+    target = tasks.target_of(run.cfg.evaluation)
     if target is None:
         return None
     if target[0] not in run.directions:
@@ -71,7 +71,7 @@ def _time_to_target(run: Measured) -> dict[str, Any] | None:
     tta = None
     directions = _metrics(run)
     for entry in run.progress.epochs:
-        tta = time_to_target(run.cfg, directions, entry, tta)
+        tta = time_to_target(run.cfg.evaluation, directions, entry, tta)
     return tta
 
 
@@ -95,10 +95,10 @@ def make_record(run: Measured) -> dict[str, Any] | None:
                             "noise_scale_se": None, "epoch": None, "steps": None,
                             "advice": None}}
     # the record's configuration: the script's own batch, length and rate, as measured
-    cfg = dataclasses.replace(run.cfg, batch_size=plan.derived.per_device_batch,
-                              global_batch=plan.derived.global_batch, epochs=len(epochs),
-                              lr=run.lr, model=run.name, dataset="script",
-                              save_model=bool(run.cfg.out))
+    cfg = run.cfg.replace(batch_size=plan.derived.per_device_batch,
+                          global_batch=plan.derived.global_batch, epochs=len(epochs),
+                          lr=run.lr, model=run.name, dataset="script",
+                          save_model=bool(run.cfg.output.out))
     kept = steady(progress, plan.steps_per_epoch, len(epochs))
     return assemble(cfg, run.world, plan, strategy, Summary(
         epochs, kept, tta, times, run.cpu.end_window(), None, continuity, task=_task(run)),

@@ -14,14 +14,13 @@ travels in ``contract.STRATEGIES``), or ``--sync package.module:Class``.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from parascale.config import TrainConfig
+from parascale.config import NAMES, TrainConfig
 from parascale import safejson
 from parascale.errors import UsageError
 from parascale.runtime import contract
@@ -59,10 +58,9 @@ def register(cls: type[Strategy]) -> type[Strategy]:
         raise ValueError(f"a strategy named {cls.name!r} is registered already")
     if not isinstance(cls.traits, Traits) or not issubclass(cls.Settings, Settings):
         raise TypeError(f"{cls.__name__}: traits is a sync.Traits, Settings a sync.Settings")
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
     declared = options()
     for opt in cls.Settings.declared():
-        if opt.name in fields:
+        if opt.name in NAMES:
             raise TypeError(f"{cls.__name__} option {opt.name!r} is a TrainConfig field")
         other = declared.get(opt.name, (opt, []))[0]
         if (other.kind, other.default, other.flag) != (opt.kind, opt.default, opt.flag):
@@ -189,19 +187,19 @@ def applies(name: str, settings: Mapping[str, Any]) -> bool:
 def validate(cfg: TrainConfig) -> None:
     """The strategy, the values of its options, and none of another strategy given with it; then
     the configuration is settled (:func:`settle`)."""
-    name = check(cfg.sync)  # first: package.module:Class brings its options
+    name = check(cfg.strategy.sync)  # first: package.module:Class brings its options
     declared = options()
-    unknown = [k for k in cfg.sync_options if k not in declared]
+    unknown = [k for k in cfg.strategy.sync_options if k not in declared]
     if unknown:
         raise UsageError(_unknown(unknown, declared))
     cls = _REGISTRY[name]
     own = {o.name: o for o in cls.Settings.declared()}
-    for key, value in cfg.sync_options.items():
+    for key, value in cfg.strategy.sync_options.items():
         (own.get(key) or declared[key][0]).check(value)
     # the baseline ignores them all, so a baseline is any run with --sync changed to it
     if name != BASELINE:
-        settings = cls.Settings.of(cfg.sync_options)
-        for key, value in cfg.sync_options.items():
+        settings = cls.Settings.of(cfg.strategy.sync_options)
+        for key, value in cfg.strategy.sync_options.items():
             _check_placed(key, value, name, own, declared, settings)
         refusal = cls.refuse(cfg) or _optimizer_refusal(cls, cfg)
         if refusal:
@@ -234,14 +232,14 @@ def _check_placed(key: str, value: Any, name: str, own: dict[str, Option],
 
 def _optimizer_refusal(cls: type[Strategy], cfg: TrainConfig) -> str | None:
     wanted = cls.traits.optimizer
-    if wanted is None or cfg.optimizer == wanted:
+    if wanted is None or cfg.optim.optimizer == wanted:
         return None
-    return f"--sync {cls.name} {cls.traits.optimizer_why}; leave out --optimizer {cfg.optimizer}"
+    return (f"--sync {cls.name} {cls.traits.optimizer_why}; leave out --optimizer "
+            f"{cfg.optim.optimizer}")
 
 
 def _unknown(keys: list[str], declared: Mapping[str, Any]) -> str:
-    fields = [f.name for f in dataclasses.fields(TrainConfig)]
-    close = difflib.get_close_matches(keys[0], [*fields, *declared], n=1, cutoff=0.75)
+    close = difflib.get_close_matches(keys[0], [*NAMES, *declared], n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else \
         f" (the strategies' options: {', '.join(declared)})"
     return f"unknown training option(s) {', '.join(keys)}{hint}"
@@ -253,15 +251,15 @@ def settle(cfg: TrainConfig) -> None:
     not given); options of other strategies, which validation let pass at their defaults, are
     left out. The baseline keeps the options it was given and ignores: its record says which
     synchronised run it is the baseline of (the report pairs them by their settings)."""
-    cls = get(cfg.sync)
-    cfg.sync = cls.name
+    cls = get(cfg.strategy.sync)
+    cfg.strategy.sync = cls.name
     if cls.name != BASELINE:
-        cfg.sync_options = cls.Settings.of(cfg.sync_options).values()
+        cfg.strategy.sync_options = cls.Settings.of(cfg.strategy.sync_options).values()
 
 
 def settled(cfg: TrainConfig) -> TrainConfig:
     """A settled copy of ``cfg`` (:func:`settle`; ``cfg`` itself is left as it was)."""
-    copy = dataclasses.replace(cfg, sync_options=dict(cfg.sync_options))
+    copy = cfg.replace(sync_options=dict(cfg.strategy.sync_options))
     settle(copy)
     return copy
 
@@ -271,7 +269,7 @@ def strategy_of(cfg: TrainConfig) -> type[Strategy]:
     batch arithmetic ask before any worker starts (``helper_processes``,
     ``replicas_per_device``, ``resolves_before_training``). An unknown name gets the base
     class's answers: :func:`check` refuses it, in its own turn."""
-    return _REGISTRY.get(cfg.sync or DEFAULT, Strategy)
+    return _REGISTRY.get(cfg.strategy.sync or DEFAULT, Strategy)
 
 
 def read_settings(name: str, values: Mapping[str, Any], where: str) -> Settings:
@@ -315,7 +313,7 @@ def noise_refusal(strategy: Strategy) -> str | None:
 
 
 def build(cfg: TrainConfig, world: World) -> Strategy:
-    return get(cfg.sync)(cfg, world)
+    return get(cfg.strategy.sync)(cfg, world)
 
 
 #: strategies the process that started this one registered, which cannot be loaded here, and why

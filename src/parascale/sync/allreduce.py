@@ -141,8 +141,8 @@ class AllReduce(Bucketed):
     @classmethod
     def refuse(cls, cfg) -> str | None:
         settings = cls.settings_of(cfg)
-        if settings.compression == "powersgd" and (cfg.checkpoint_every is not None
-                                                   or cfg.resume):
+        if settings.compression == "powersgd" and (cfg.checkpoint.checkpoint_every is not None
+                                                   or cfg.checkpoint.resume):
             return ("--compression powersgd keeps error feedback per DDP bucket, which a "
                     "checkpoint does not hold; checkpoint with --compression none, fp16 or bf16")
         return None

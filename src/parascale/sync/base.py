@@ -144,7 +144,7 @@ class Strategy:
     @classmethod
     def settings_of(cls, cfg: TrainConfig) -> Any:
         """``cfg``'s settings of this strategy (its options, typed)."""
-        return cls.Settings.of(cfg.sync_options)
+        return cls.Settings.of(cfg.strategy.sync_options)
 
     @classmethod
     def refuse(cls, cfg: TrainConfig) -> str | None:
@@ -167,6 +167,13 @@ class Strategy:
         """Processes this strategy starts beside the workers, one CPU thread each (counted
         against the cores a local launch may use)."""
         return 0
+
+    @classmethod
+    def refuse_model(cls, cfg: TrainConfig, model: nn.Module, workers: int) -> str | None:
+        """Why this strategy cannot train ``model`` on ``workers`` workers, in one line that
+        says what would do instead, or None. Asked before any worker starts, of the model as
+        the launcher builds it to check it."""
+        return None
 
     @classmethod
     def replicas_per_device(cls, cfg: TrainConfig) -> int:
@@ -214,7 +221,7 @@ class Strategy:
         self.cfg = cfg
         self.world = world
         #: this run's options, typed: an instance of the strategy's ``Settings``
-        self.settings = self.Settings.of(cfg.sync_options)
+        self.settings = self.Settings.of(cfg.strategy.sync_options)
         #: bytes this rank sends per optimizer step, where the strategy knows it
         self.bytes_per_step: int | None = None
         #: who is shown this rank's own gradients before the exchange (``watch_gradients``)
@@ -278,6 +285,13 @@ class Strategy:
         """The whole model's state_dict for model.pt, on rank 0 after ``finish`` (a sharded
         strategy gathers it in ``finish``, which every rank calls)."""
         return self.local_module().state_dict()
+
+    @property
+    def evaluates_in_lockstep(self) -> bool:
+        """Forward communicates (FSDP gathers each unit's parameters in it), so every rank
+        must make as many forward passes in evaluation as every other (training/evaluate.py
+        gives the ranks with fewer batches passes whose figures it drops)."""
+        return False
 
     def before_evaluation(self) -> None:
         """Make buffers (batch-norm statistics) agree across ranks before evaluating.

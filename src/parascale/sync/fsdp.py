@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from parascale import lazy
-from parascale.errors import UsageError
+from parascale.errors import KnownFailure
 from parascale.sync.base import Strategy, unwrap
 from parascale.sync.options import Settings, option
 from parascale.sync.traits import GRADIENT, SHARDABLE, Pattern, Traits
@@ -22,12 +22,17 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed.device_mesh as device_mesh
     import torch.distributed.fsdp as fsdp
+    import torch.distributed.tensor as tensor_api
     from torch import nn
+
+    from parascale.models import deferred
 else:  # the registry is read without torch: imported on first use
     torch = lazy.module("torch", globals())
     device_mesh = lazy.module("torch.distributed.device_mesh", globals())
     fsdp = lazy.module("torch.distributed.fsdp", globals())
+    tensor_api = lazy.module("torch.distributed.tensor", globals(), "tensor_api")
     nn = lazy.module("torch.nn", globals())
+    deferred = lazy.module("parascale.models.deferred", globals())
 
 
 def units(model: nn.Module) -> list[nn.Module]:
@@ -42,6 +47,27 @@ def units(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.children() if any(True for _ in m.parameters())]
 
 
+def groups(model: nn.Module) -> list[list[nn.Module]]:
+    """The units (:func:`units`) as FSDP shards them: units that share a parameter (tied
+    weights) go into one group, whose parameters are gathered together; a unit that shares one
+    with the part of the model outside every unit is left to the model's own group."""
+    found = units(model)
+    owned = [{id(p) for p in u.parameters()} for u in found]
+    inside = {id(m) for u in found for m in u.modules()}
+    rest = {id(p) for m in model.modules() if id(m) not in inside
+            for p in m.parameters(recurse=False)}
+    merged: list[tuple[list[nn.Module], set[int]]] = []
+    for unit, params in zip(found, owned):
+        if params & rest:
+            continue
+        members, ids = [unit], params
+        for group in [g for g in merged if g[1] & ids]:
+            merged.remove(group)
+            members, ids = group[0] + members, group[1] | ids
+        merged.append((members, ids))
+    return [members for members, _ in merged]
+
+
 def cannot_shard(model: nn.Module) -> str | None:
     """Why FSDP cannot shard ``model``, in words, or None."""
     params = list(model.parameters())
@@ -54,6 +80,22 @@ def cannot_shard(model: nn.Module) -> str | None:
     if not all(p.dtype.is_floating_point for p in params):
         return f"its parameters are {params[0].dtype}, not floating point"
     return None
+
+
+def _refusal(model: nn.Module, why: str) -> str:
+    return (f"--sync fsdp cannot shard {type(model).__name__}: {why}; change the model, or use "
+            "--sync zero, which shards the optimizer state alone")
+
+
+def _fill(target: torch.Tensor, whole: torch.Tensor) -> None:
+    """``target``'s part of ``whole``: its shard, where FSDP made it a DTensor (a parameter),
+    else all of it (a buffer, which FSDP keeps whole on every rank)."""
+    if isinstance(target, tensor_api.DTensor):
+        part = tensor_api.distribute_tensor(whole, target.device_mesh, target.placements,
+                                            src_data_rank=None)  # cut here: nothing is sent
+        target.to_local().copy_(part.to_local())
+    else:
+        target.copy_(whole)
 
 
 @dataclass(frozen=True)
@@ -100,13 +142,18 @@ class FSDP(Strategy):
         stage = cls.settings_of(cfg).stage
         if stage not in (2, 3):
             return f"--sync-option stage={stage}: FSDP shards at stage 2 or 3"
-        if cfg.clip_grad_norm is not None:
+        if cfg.optim.clip_grad_norm is not None:
             return ("--sync fsdp shards the gradients: each rank's norm is of its shard alone, "
                     "so --clip-grad-norm would clip by the wrong norm; leave it out")
-        if cfg.precision == "fp16":
+        if cfg.strategy.precision == "fp16":
             return ("--sync fsdp runs mixed precision in bf16 (fp16 would need a sharded "
                     "gradient scaler); use --precision bf16")
         return None
+
+    @classmethod
+    def refuse_model(cls, cfg, model: nn.Module, workers: int) -> str | None:
+        why = cannot_shard(unwrap(model)) if workers > 1 else None
+        return None if why is None else _refusal(unwrap(model), why)
 
     def __init__(self, cfg, world):
         super().__init__(cfg, world)
@@ -126,21 +173,22 @@ class FSDP(Strategy):
             return model
         plain = unwrap(model)  # torch.compile's wrapper calls the module sharded in place
         why = cannot_shard(plain)
-        if why:
-            raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: {why}")
+        if why:  # a launcher other than parascale's: the workers meet it first, in one line
+            raise KnownFailure(_refusal(plain, why))
         mesh = device_mesh.init_device_mesh(self.world.device.type, (n,))
         kw: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.stage == 3}
-        if self.cfg.precision == "bf16":  # GPUs and CPU workers alike; the reduction stays fp32
+        if self.cfg.strategy.precision == "bf16":  # GPUs and CPU workers; the reduction in fp32
             kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         try:
-            for unit in units(plain):
-                fsdp.fully_shard(unit, **kw)
+            for group in groups(plain):
+                fsdp.fully_shard(group if len(group) > 1 else group[0], **kw)
             fsdp.fully_shard(plain, **kw)
         except (ValueError, RuntimeError, TypeError, AssertionError) as exc:
-            raise UsageError(f"--sync fsdp cannot shard {type(plain).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                             ) from None
+            raise KnownFailure(_refusal(plain, str(exc).splitlines()[0] if str(exc)
+                                        else type(exc).__name__)) from exc
+        if deferred.recipe_of(plain) is not None:  # built without storage: this rank's shards
+            deferred.materialise(plain, self.world.device, _fill)
         size = sum(p.numel() * p.element_size() for p in plain.parameters())
         # reduce-scatter of the gradients, all-gather of the parameters in forward, and at
         # stage 3 again in backward: each moves (N-1)/N of the bytes per rank
@@ -152,7 +200,7 @@ class FSDP(Strategy):
 
     def accumulating(self, last: bool) -> contextlib.AbstractContextManager:
         modules = self._fsdp_modules()
-        if self._evaluating:  # back to training: free the parameters after forward again
+        if self._evaluating:  # back to training: the stage says when to free the parameters
             for m in modules:
                 m.set_reshard_after_forward(self.stage == 3, recurse=False)
             self._evaluating = False
@@ -160,19 +208,24 @@ class FSDP(Strategy):
             modules[0].set_requires_gradient_sync(last)  # the model's, and its units'
         return contextlib.nullcontext()
 
+    @property
+    def evaluates_in_lockstep(self) -> bool:
+        return bool(self._fsdp_modules())
+
     def before_evaluation(self) -> None:
-        """Gather every unit's parameters once, and keep them gathered through evaluation: ranks
-        may evaluate different numbers of batches, so forward must not communicate there."""
+        """Evaluate as stage 3 trains, whatever the stage: each unit gathered for its forward
+        and freed after it, so evaluation never holds the whole model (every rank makes as many
+        forward passes: ``evaluates_in_lockstep``)."""
         super().before_evaluation()
         modules = self._fsdp_modules()
         for m in modules:
-            m.set_reshard_after_forward(False, recurse=False)
-            m.unshard()
+            m.set_reshard_after_forward(True, recurse=False)
         self._evaluating = bool(modules)
 
     def finish(self) -> None:
-        """Gather the whole model for model.pt (collective; rank 0 keeps it)."""
-        if not self._fsdp_modules():
+        """Gather the whole model for model.pt (collective; rank 0 keeps it), where the run
+        writes one: rank 0 then holds the whole model, which a run without one never does."""
+        if not self._fsdp_modules() or not self.cfg.output.save_model:
             return
         from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                              get_model_state_dict)

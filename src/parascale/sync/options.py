@@ -6,10 +6,10 @@ them typed (``self.settings.period``), and the registry (sync/__init__.py) reads
 declarations as :class:`Option` for the command line, ``bench``, ``hpo``, validation and the
 record. Adding a strategy touches its file and one registry line.
 
-Where the values live: ``TrainConfig.sync_options``, one mapping of option name to value, read
-from ``--sync-option NAME=VALUE``, from an option's own flag (``flag=True``: the built-in
-strategies' options, which had flags before --sync-option existed), from a study file or a
-record (each option a top-level key of the record's ``config``).
+Where the values live: ``TrainConfig.strategy.sync_options``, one mapping of option name to
+value, read from ``--sync-option NAME=VALUE``, from an option's own flag (``flag=True``: the
+built-in strategies' options, which had flags before --sync-option existed), from a study file
+or a record (each option a top-level key of the record's ``config``).
 """
 from __future__ import annotations
 
@@ -100,9 +100,10 @@ class Settings:
 
     @classmethod
     def of(cls: type[S], given: Mapping[str, Any]) -> S:
-        """The settings ``given`` (a mapping of option names, as ``TrainConfig.sync_options``)
-        chooses; what it leaves out takes its default, names of other strategies are passed
-        over. The values are taken as they are: :func:`parascale.sync.validate` checks them."""
+        """The settings ``given`` (a mapping of option names, as
+        ``TrainConfig.strategy.sync_options``) chooses; what it leaves out takes its default,
+        names of other strategies are passed over. The values are taken as they are:
+        :func:`parascale.sync.validate` checks them."""
         return cls(**{o.name: given[o.name] for o in cls.declared() if o.name in given})
 
     def values(self) -> dict[str, Any]:

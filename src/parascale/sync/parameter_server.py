@@ -180,10 +180,10 @@ class ParameterServer(Strategy):
 
     @classmethod
     def refuse(cls, cfg) -> str | None:
-        if cfg.precision == "fp16":
+        if cfg.strategy.precision == "fp16":
             return ("--precision fp16 does not work with --sync parameter-server (the servers "
                     "apply unscaled fp32 updates); use bf16 or fp32")
-        if cfg.clip_grad_norm is not None:
+        if cfg.optim.clip_grad_norm is not None:
             return ("--sync parameter-server updates on the servers from each gradient as it "
                     "arrives, unclipped; leave out --clip-grad-norm")
         return compression.refuse_unless_elementwise(cls.name, cls.settings_of(cfg))
@@ -211,23 +211,24 @@ class ParameterServer(Strategy):
         self.headers = [torch.zeros(proto.HEADER_SIZE, dtype=torch.float64) for _ in range(k)]
         self.replies = [torch.zeros(1, dtype=torch.float64) for _ in range(k)]
         self.servers: ServerProcesses | None = None
-        timeout = datetime.timedelta(seconds=cfg.timeout)
+        seconds = cfg.processes.timeout  # a collective's, and the servers' start-up's
+        timeout = datetime.timedelta(seconds=seconds)
 
         # rank 0 hosts the group's store and starts the servers; the others learn the port
         host = LOOPBACK if world.launcher == "local" else \
             os.environ.get("MASTER_ADDR") or world.host
         address: list[Any] = [host, 0]
         if world.is_main:
-            store = open_store(host=host, timeout_s=cfg.timeout)
+            store = open_store(host=host, timeout_s=seconds)
             address = [store.host, store.port]  # the host may be replaced by a local address
         dist.broadcast_object_list(address, src=0)
         if world.is_main:
             self.servers = ServerProcesses([
-                proto.Spec(store.host, store.port, s, n, k, a, b, settings.ps_mode, cfg.timeout,
+                proto.Spec(store.host, store.port, s, n, k, a, b, settings.ps_mode, seconds,
                            os.getpid(), str(self.flat.dtype).removeprefix("torch."),
                            settings.compression)
                 for s, (a, b) in enumerate(self.bounds)])
-            self.servers.wait_ready(store, cfg.timeout)
+            self.servers.wait_ready(store, seconds)
             self.servers.watch()
         else:
             store = dist.TCPStore(address[0], address[1], is_master=False, timeout=timeout)
@@ -375,7 +376,7 @@ class ParameterServer(Strategy):
         if self.servers is not None:
             # before the record's collective: no worker tears its group down while a server
             # still lives (peers tearing down at the same moment can abort gloo)
-            self.servers.join(self.cfg.timeout)
+            self.servers.join(self.cfg.processes.timeout)
 
     def options(self) -> dict:
         n = self.world.size

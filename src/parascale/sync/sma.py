@@ -24,7 +24,6 @@ hill-climbing rule (``sync.sma_tune``).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -108,17 +107,17 @@ class SMA(Strategy):
         if not 0 <= settings.tune_threshold < 10:
             return (f"--tune-threshold is a fraction (0.1 for 10%), got "
                     f"{settings.tune_threshold:g}")
-        if cfg.global_batch is not None:
+        if cfg.batch.global_batch is not None:
             return ("--sync sma takes --batch-size, each learner's own batch, not "
                     "--global-batch (the global batch is workers x learners x batch size)")
-        if cfg.lr_scaling != "none":
+        if cfg.optim.lr_scaling != "none":
             return ("--sync sma trains every learner at --lr on its own small batch (Crossbow "
                     "scales no learning rate); leave out --lr-scaling")
-        if cfg.accumulate != 1:
+        if cfg.batch.accumulate != 1:
             return "--sync sma runs one batch per learner a step; leave out --accumulate"
-        if cfg.compile:
+        if cfg.strategy.compile:
             return "--sync sma runs its learners as one module of its own; leave out --compile"
-        if cfg.task is not None and m == "auto":
+        if cfg.job.task is not None and m == "auto":
             return ("--learners auto tunes on the built-in image tasks' batches; give --task "
                     "a count of learners, e.g. --learners 2")
         return None
@@ -194,7 +193,7 @@ class SMA(Strategy):
                 if p.grad is not None:
                     p.grad.mul_(self.count)
         rate = optimizer.param_groups[0]["lr"]
-        self._drop = self._drop or (self.cfg.lr_schedule == "step" and self._rate is not None
+        self._drop = self._drop or (self.cfg.optim.lr_schedule == "step" and self._rate is not None
                                     and rate < self._rate)
         self._rate = rate
         if self.steps_since + 1 == self.settings.period:
@@ -311,4 +310,4 @@ class SMA(Strategy):
 
 
 def _with_learners(cfg: TrainConfig, count: int) -> TrainConfig:
-    return dataclasses.replace(cfg, sync_options={**cfg.sync_options, "learners": count})
+    return cfg.replace(sync_options={**cfg.strategy.sync_options, "learners": count})

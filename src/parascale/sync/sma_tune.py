@@ -11,7 +11,6 @@ training time and time-to-accuracy, and its decisions are kept in the record.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -58,7 +57,7 @@ class HillClimb:
 
 def limit(cfg: TrainConfig, world_size: int, n_train: int) -> int:
     """At most MAX_LEARNERS, and few enough that one step's batches fit in the training set."""
-    batch = cfg.batch_size or DEFAULT_BATCH
+    batch = cfg.batch.batch_size or DEFAULT_BATCH
     return max(1, min(MAX_LEARNERS, n_train // (batch * world_size)))
 
 
@@ -84,13 +83,13 @@ def measure(cfg: TrainConfig, world: World, bundle, build_model: Callable[[], nn
             learners: int, kind: type[Strategy]) -> float:
     """Samples per second of the whole world training with ``learners`` per device under
     ``kind`` (SMA, which passes itself: this module does not import it back)."""
-    strategy = kind(dataclasses.replace(
-        cfg, sync_options={**cfg.sync_options, "learners": learners}), world)
+    strategy = kind(cfg.replace(sync_options={**cfg.strategy.sync_options,
+                                              "learners": learners}), world)
     net = strategy.wrap(build_model())
-    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
-    batch = (cfg.batch_size or DEFAULT_BATCH) * learners
-    generator = torch.Generator().manual_seed(cfg.seed * 7919 + world.rank)
+    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum,
+                                weight_decay=cfg.optim.weight_decay)
+    batch = (cfg.batch.batch_size or DEFAULT_BATCH) * learners
+    generator = torch.Generator().manual_seed(cfg.job.seed * 7919 + world.rank)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
 

@@ -27,16 +27,17 @@ def accuracy(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torc
 
 
 def classification(cfg, bundle: DataBundle | None = None) -> tuple[Task, DataBundle]:
-    """The task of ``cfg.model`` on ``cfg.dataset``, and its data (built unless given)."""
+    """The task of the model on the dataset, and its data (built unless given)."""
     bundle = bundle if bundle is not None else data.build(cfg)
 
     def model() -> nn.Module:
-        return models.build(cfg.model, bundle.num_classes, bundle.input_shape,
+        return models.build(cfg.job.model, bundle.num_classes, bundle.input_shape,
                             **models.options(cfg))
 
     # a text dataset's samples are T tokens each (--model gpt --dataset shakespeare)
     tokens = data.tokens_per_sample(cfg)
     task = Task(train_data=bundle.train, eval_data=bundle.test, model=model, loss=cross_entropy,
-                metrics=[Metric("accuracy", accuracy, True)], name=f"{cfg.model} on {cfg.dataset}",
+                metrics=[Metric("accuracy", accuracy, True)],
+                name=f"{cfg.job.model} on {cfg.data.dataset}",
                 unit="tokens" if tokens else "samples", units_per_sample=float(tokens or 1))
     return task, bundle

@@ -40,8 +40,9 @@ def exited(call: str, what: str, exc: SystemExit) -> UsageError:
                       "task's functions return or raise, never exit")
 
 
-def run(task: Task, call: str, split, eval_split, lr: float) -> None:
-    """Try the task on the first samples of ``split`` and ``eval_split`` (see the module)."""
+def run(task: Task, call: str, split, eval_split, lr: float) -> torch.nn.Module:
+    """Try the task on the first samples of ``split`` and ``eval_split`` (see the module);
+    the model it tried."""
     model = tried(call, "model()", task.model)
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"{call}: model() returned a {type(model).__name__}; expected a "
@@ -62,6 +63,7 @@ def run(task: Task, call: str, split, eval_split, lr: float) -> None:
         for metric in task.metrics:
             value = tried(call, f"metric {metric.name!r}", metric.fn, model, batch)
             _scalar(value, f"metric {metric.name!r}", call)
+    return model
 
 
 def _loss_value(loss: Any, call: str) -> None:

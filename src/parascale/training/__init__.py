@@ -36,14 +36,16 @@ def train(config: TrainConfig | dict[str, Any], teardown: bool = True,
     validate(cfg)
     check_run_folder(cfg)
     size = world_size_for(cfg)
-    if cfg.gpus is None and cfg.workers is not None and external_launcher() \
-            and cfg.workers != size:
-        raise UsageError(f"--workers {cfg.workers} does not match the {size} processes started "
-                         f"by {external_launcher()}; leave --workers out under a launcher")
-    if cfg.device_memory is not None and external_launcher():
+    processes = cfg.processes
+    if processes.gpus is None and processes.workers is not None and external_launcher() \
+            and processes.workers != size:
+        raise UsageError(f"--workers {processes.workers} does not match the {size} processes "
+                         f"started by {external_launcher()}; leave --workers out under a "
+                         "launcher")
+    if processes.device_memory is not None and external_launcher():
         raise UsageError(f"--device-memory caps the workers parascale starts itself, not "
                          f"{external_launcher()}'s; leave it out under a launcher")
-    if cfg.max_restarts and external_launcher():
+    if cfg.checkpoint.max_restarts and external_launcher():
         raise UsageError(f"--max-restarts restarts the workers of parascale's own launch, not "
                          f"{external_launcher()}'s; under torchrun give torchrun --max-restarts "
                          "(parascale continues its restarted workers from the newest checkpoint)")

@@ -8,15 +8,19 @@ found checkpoint's metadata without importing what imports it.
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import sys
+import warnings
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.metadata import (Metadata, MetadataIndex, StorageMeta,
+                                                   TensorStorageMetadata)
 
 METADATA = ".metadata"  # DCP's name for it
 _METADATA_MODULE = "torch.distributed.checkpoint.metadata"
@@ -59,9 +63,68 @@ def metadata_problem(folder: Path) -> str | None:
     try:
         _read_metadata(folder)
     except Exception as exc:  # noqa: BLE001 - pickle's many errors: not DCP's metadata
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        return f"its {METADATA} is not torch.distributed.checkpoint's ({type(exc).__name__}: " \
-            f"{first})"
+        return f"its {METADATA} is not torch.distributed.checkpoint's ({_first_line(exc)})"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
+
+
+def shards_problem(folder: Path) -> str | None:
+    """What is wrong with a sharded checkpoint's parts (None: nothing), for
+    ``checkpoint.inspect``: each part read as DCP's reader reads it (``torch.load`` of its bytes,
+    weights only) and held to the shape and dtype the metadata gives it. A checksum vouches that
+    a file is what was written, not that DCP can read it (a bug, a hand edit, a forged
+    manifest), and a part that cannot be read would stop the resume inside ``dcp.load``, on
+    every rank, instead of letting it take the checkpoint before. One part in memory at a
+    time."""
+    try:
+        metadata = _read_metadata(folder)
+    except Exception as exc:  # noqa: BLE001 - metadata_problem names it
+        return f"its {METADATA} is not torch.distributed.checkpoint's ({_first_line(exc)})"
+    parts: dict[str, list[tuple[MetadataIndex, Any]]] = defaultdict(list)
+    for index, where in (metadata.storage_data or {}).items():
+        parts[where.relative_path].append((index, where))
+    for name, items in sorted(parts.items()):
+        try:
+            with open(folder / name, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                for index, where in sorted(items, key=lambda item: item[1].offset):
+                    problem = _part_problem(metadata, index, where, handle, size)
+                    if problem:
+                        return f"its {name} ({index.fqn}): {problem}"
+        except OSError as exc:
+            return f"its {name} cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def _part_problem(metadata: Metadata, index: MetadataIndex, where: Any, handle: io.BufferedReader,
+                  size: int) -> str | None:
+    """What is wrong with one tensor's part at ``where`` in the open file ``handle``."""
+    described = metadata.state_dict_metadata.get(index.fqn)
+    if not isinstance(described, TensorStorageMetadata):
+        return "its metadata does not describe it as a tensor"  # parascale saves tensors only
+    if where.offset < 0 or where.length < 0 or where.offset + where.length > size:
+        return f"it lies at bytes {where.offset:,} to {where.offset + where.length:,} of " \
+            f"{size:,}"
+    handle.seek(where.offset)
+    try:
+        with warnings.catch_warnings():  # bytes that are no torch file: their problem says it
+            warnings.simplefilter("ignore")
+            loaded = torch.load(io.BytesIO(handle.read(where.length)), map_location="cpu",
+                                weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle's, torch's: not a tensor torch wrote
+        return f"torch cannot load it ({_first_line(exc)})"
+    if not isinstance(loaded, torch.Tensor):
+        return f"it holds a {type(loaded).__name__}, not a tensor"
+    chunk = next((c for c in described.chunks if c.offsets == index.offset), None)
+    expected = list(chunk.sizes) if chunk is not None else None
+    if list(loaded.shape) != expected:
+        return f"it holds a tensor of shape {list(loaded.shape)} where its metadata says " \
+            f"{expected}"
+    if loaded.dtype != described.properties.dtype:
+        return f"it holds {loaded.dtype} where its metadata says {described.properties.dtype}"
     return None
 
 

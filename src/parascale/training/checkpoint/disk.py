@@ -397,7 +397,8 @@ def inspect(found: Found) -> Found:
         # torch.distributed.checkpoint: only here
         from parascale.training.checkpoint import dcp_metadata
 
-        found.problem = dcp_metadata.metadata_problem(found.path)
+        found.problem = dcp_metadata.metadata_problem(found.path) or \
+            dcp_metadata.shards_problem(found.path)
     epochs = saved["progress"].get("epochs") if found.problem is None else None
     last = epochs[-1] if isinstance(epochs, list) and epochs else None
     if isinstance(last, dict) and last.get("partial") is True and \

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 MAY_DIFFER = frozenset({
     "out", "port", "timeout", "max_restarts", "checkpoint_every", "keep", "resume", "save_model",
     "oversubscribe", "verify_data", "download", "data_dir", "loader_workers", "threads",
-    "epochs", "steps", "eval_every", "target_accuracy", "target_metric", "target_value",
+    "epochs", "steps", "eval_every", "eval_batches", "target_accuracy", "target_metric", "target_value",
     "stop_at_target", "workers", "gpus",
     "profile", "noise_scale", "peak_tflops",  # they measure, and change nothing saved
 })
@@ -86,12 +86,12 @@ def checkpoints_of(cfg: TrainConfig) -> Path | None:
     given = os.environ.get(env.CHECKPOINTS_ENV) if os.environ.get(env.LOCAL_ENV) else None
     if given:
         return Path(given)
-    return checkpoint.folder_of(cfg.out) if cfg.out else None
+    return checkpoint.folder_of(cfg.output.out) if cfg.output.out else None
 
 
 def checkpointing(cfg: TrainConfig) -> bool:
     """Whether the run reads or writes checkpoints at all."""
-    return cfg.checkpoint_every is not None or cfg.resume
+    return cfg.checkpoint.checkpoint_every is not None or cfg.checkpoint.resume
 
 
 def refuse_fresh_start(cfg: TrainConfig) -> None:
@@ -101,12 +101,13 @@ def refuse_fresh_start(cfg: TrainConfig) -> None:
     not would set its results beside checkpoints that are not its own, which a later --resume
     would continue, replacing them; and an interrupted run's checkpoints are all it has, so a
     fresh run there has most likely forgotten --resume."""
-    if not cfg.out or cfg.resume or env.restarted_by_torchrun():  # no --out: nothing is kept
+    out = cfg.output.out
+    if not out or cfg.checkpoint.resume or env.restarted_by_torchrun():  # no --out: none kept
         return
-    folder = checkpoint.folder_of(cfg.out)
+    folder = checkpoint.folder_of(out)
     present = checkpoint.listing(folder)
     if present:
-        raise UsageError(f"--out {cfg.out} holds checkpoints of an earlier run (the newest at "
+        raise UsageError(f"--out {out} holds checkpoints of an earlier run (the newest at "
                          f"step {present[-1].step}); continue it with --resume, or remove "
                          f"{folder} to start afresh")
 
@@ -115,17 +116,18 @@ def check_folder(cfg: TrainConfig) -> None:
     """A run that keeps checkpoints (and its log beside them) needs DIR/checkpoints to be a
     folder it can write, holding nothing in the way of its files: checked before any worker
     starts, one line, rather than an OSError in rank 0 at its first checkpoint."""
-    if not cfg.out or not checkpointing(cfg):
+    out = cfg.output.out
+    if not out or not checkpointing(cfg):
         return
-    folder = checkpoint.folder_of(cfg.out)
+    folder = checkpoint.folder_of(out)
     if os.path.lexists(folder) and not folder.is_dir():
-        raise UsageError(f"--out {cfg.out}: {folder} is not a folder, and the run's checkpoints "
+        raise UsageError(f"--out {out}: {folder} is not a folder, and the run's checkpoints "
                          "live in a folder of that name; move it away or choose another --out")
     check_writable_folder(folder, "the checkpoints folder")
     for path in checkpoint.in_the_way(folder):
         what = "not a folder" if path.suffix == "" and path.name.startswith("step-") else \
             "a folder" if path.is_dir() else "not a regular file"
-        raise UsageError(f"--out {cfg.out}: {path} is {what}, where the run writes its "
+        raise UsageError(f"--out {out}: {path} is {what}, where the run writes its "
                          f"{'log' if path.name == checkpoint.LOG_NAME else 'checkpoints'}; "
                          "remove it or choose another --out")
 
@@ -182,7 +184,7 @@ def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | 
     kind = sync.strategy_of(cfg)
     if not kind.resumes_resized(cfg) or manifest.get("global_batch") is None:
         able = [name for name in sync.names()
-                if sync.get(name).resumes_resized(sync.settled(TrainConfig(sync=name)))]
+                if sync.get(name).resumes_resized(sync.settled(TrainConfig.of(sync=name)))]
         return (f"it was written by {before} workers and this run has {size}; the data order, "
                 "each rank's state and the strategy's depend on it (checkpoints of --sync "
                 f"{', '.join(able)} resume on any number)")
@@ -195,7 +197,7 @@ def _fixed_size(manifest: dict[str, Any], cfg: TrainConfig, size: int) -> str | 
     if lr is not None and not math.isclose(derived.effective_lr, lr, rel_tol=1e-9):
         # the scaling rule's base batch is the per-device batch unless given
         base = (manifest.get("config") or {}).get("base_batch") or \
-            manifest["global_batch"] // (before * cfg.accumulate)
+            manifest["global_batch"] // (before * cfg.batch.accumulate)
         return (f"it was written with a learning rate of {lr:g} and this run's on {size} "
                 f"worker(s) is {derived.effective_lr:g}; give --base-batch {base}")
     return None
@@ -231,7 +233,7 @@ def first_choice(cfg: TrainConfig, size: int, total_steps: int,
                  say: Callable[[str], None] = print) -> Choice | None:
     """A local launch's: what ``--resume`` continues from (None without it)."""
     refuse_fresh_start(cfg)
-    return choose(cfg, size, total_steps, "resume", say) if cfg.resume else None
+    return choose(cfg, size, total_steps, "resume", say) if cfg.checkpoint.resume else None
 
 
 def in_world(cfg: TrainConfig, world: World, total_steps: int | None) -> Choice | None:
@@ -240,7 +242,7 @@ def in_world(cfg: TrainConfig, world: World, total_steps: int | None) -> Choice 
     ``total_steps``: None while the strategy has a setting to decide first (see ``mismatch``)."""
     if world.launcher == "local":
         return Choice.from_env()
-    by = "resume" if cfg.resume else "torchrun" if env.restarted_by_torchrun() else None
+    by = "resume" if cfg.checkpoint.resume else "torchrun" if env.restarted_by_torchrun() else None
     if by is None or (by == "torchrun" and not checkpointing(cfg)):
         return None
     import torch.distributed as dist

@@ -54,6 +54,22 @@ def _tensors(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
+class _Writer(FileSystemWriter):
+    """DCP's writer, with a full disk raised as the OSError it is. ``torch.save`` raises one as
+    its own RuntimeError ("enforce fail at inline_container.cc"), the OSError only its context,
+    and DCP hands every rank's failure to the others pickled, which drops the context: the
+    disk's answer would be lost before :func:`write` could name it."""
+
+    def write_data(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().write_data(*args, **kwargs)
+        except Exception as exc:
+            full = full_disk(exc)
+            if full is None:
+                raise
+            raise OSError(full.errno, full.strerror, full.filename) from exc
+
+
 def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
           manifest: dict[str, Any]) -> checkpoint.Found | None:
     """Collective: checkpoint ``step`` of the run into ``folder``, every rank its part of the
@@ -70,7 +86,7 @@ def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
         # replicated tensors (ZeRO's parameters, buffers) are written once, by the lowest rank
         # holding them: rank 0's copy, as the replicated checkpoints keep
         dcp.save({"model": _tensors(model), "optimizer": _tensors(optimizer)},
-                 storage_writer=FileSystemWriter(tmp, sync_files=True),
+                 storage_writer=_Writer(tmp, sync_files=True),
                  planner=DefaultSavePlanner(dedup_save_to_lowest_rank=True))
     except CheckpointException as exc:  # every rank's: a full disk anywhere is the one line
         # each failure is (exception, traceback)
@@ -79,7 +95,7 @@ def write(run: Trained, folder: Path, step: int, saved: dict[str, Any] | None,
             raise
         if world.is_main:
             checkpoint.remove(tmp)
-        raise no_space(tmp, full, checkpoint.KEPT) from exc
+        raise no_space(folder / checkpoint.name(step), full, checkpoint.KEPT) from exc
     # each rank hashes the files it wrote (DCP names them after the rank), in parallel
     mine = {n: checkpoint.file_facts(tmp / n) for n in sorted(os.listdir(tmp))
             if n.startswith(f"__{world.rank}_")}

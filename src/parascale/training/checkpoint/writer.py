@@ -58,7 +58,7 @@ class CheckpointWriter:
         manifest = {"epoch": position["epoch"], "step_in_epoch": position["done"],
                     "total_steps": self.plan.total_steps, "world_size": self.world.size,
                     "global_batch": derived.global_batch, "effective_lr": derived.effective_lr,
-                    "sync": self.cfg.sync, "written": now(), "parascale": VERSION,
+                    "sync": self.cfg.strategy.sync, "written": now(), "parascale": VERSION,
                     "torch": torch.__version__, "config": self.cfg.to_dict()}
         found: checkpoint.Found | None = None
         if run.strategy.shards_checkpoint:  # every rank writes its part
@@ -86,6 +86,6 @@ class CheckpointWriter:
 
     def summary(self) -> dict[str, Any]:
         """The record's ``checkpoints`` section (docs/record.md), this attempt's writes."""
-        return {"every": self.cfg.checkpoint_every, "unit": self.unit, "keep": self.keep,
-                "folder": str(self.folder), "written": self.written,
+        return {"every": self.cfg.checkpoint.checkpoint_every, "unit": self.unit,
+                "keep": self.keep, "folder": str(self.folder), "written": self.written,
                 "write_s": self.write_s, "last": self.last, "last_bytes": self.bytes}

@@ -12,7 +12,6 @@ configuration and the plan the launcher made, among others.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import json
 import shutil
@@ -28,6 +27,7 @@ from parascale.config import TrainConfig
 from parascale.errors import NoSpace
 from parascale.runtime import contract, launch, memory_cap, open_store
 from parascale.runtime.staging import produce
+from parascale.tasks import recorded_config
 from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint import resume
 from parascale.training.launch.preflight import threads_per_worker
@@ -59,7 +59,7 @@ class Job:
     def memory_cap(self) -> int | None:
         """Each worker's memory cap in bytes (``--device-memory``), or None: the launch gives
         every worker a memory cgroup of its own (:mod:`parascale.runtime.memory_cap`)."""
-        given = self.cfg.device_memory
+        given = self.cfg.processes.device_memory
         return None if given is None else memory_cap.parse_size(given)
 
 
@@ -68,8 +68,8 @@ def launch_job(job: Job, since: tuple[str, float]) -> dict[str, Any]:
     replace those in --out only when the run has its own
     (:func:`parascale.runtime.staging.produce`). ``since``: what the command's timing counts
     from (a label and a ``time.time()``)."""
-    store = open_store(job.cfg.port)  # a busy --port is refused before anything is written
-    return produce(job.cfg.out, "parascale-run-",
+    store = open_store(job.cfg.processes.port)  # a busy --port: refused before anything is written
+    return produce(job.cfg.output.out, "parascale-run-",
                    lambda folder: _run_job(job, store, folder, since), rec.RECORD_NAME,
                    rec.dumps, companions=job.companions)
 
@@ -78,12 +78,12 @@ def launch_local(cfg: TrainConfig, size: int, plan: Plan, since: tuple[str, floa
                  choice: resume.Choice | None = None,
                  said: list[str] | None = None) -> dict[str, Any]:
     """``train``'s local launch: ``size`` workers on ``plan`` (see :func:`launch_job`)."""
-    checkpoints = checkpoint.folder_of(cfg.out) if cfg.out else None
+    checkpoints = checkpoint.folder_of(cfg.output.out) if cfg.output.out else None
 
     def env(resolved: TrainConfig) -> dict[str, str]:
         return {contract.CONFIG: safejson.dumps(resolved.to_dict()),
                 contract.PLAN: safejson.dumps(plan.to_dict()),
-                **(data.handover_env(cfg) if cfg.task is None else {}),
+                **(data.handover_env(cfg) if cfg.job.task is None else {}),
                 contract.CHECKPOINTS: str(checkpoints or ""),
                 contract.RESUME: choice.to_env() if choice else ""}
 
@@ -96,11 +96,11 @@ def _open_log(cfg: TrainConfig, folder: Path) -> ConsoleLog | None:
     """The run's console log: beside the checkpoints while the run is unfinished when it keeps
     any (so that it outlasts a failure or an interruption, and a resumed run goes on writing
     it), else in the staging folder; nothing without --out (nothing is kept)."""
-    if not cfg.out:
+    if not cfg.output.out:
         return None
     if resume.checkpointing(cfg):
-        return ConsoleLog(checkpoint.folder_of(cfg.out) / checkpoint.LOG_NAME,
-                          fresh=not cfg.resume)
+        return ConsoleLog(checkpoint.folder_of(cfg.output.out) / checkpoint.LOG_NAME,
+                          fresh=not cfg.checkpoint.resume)
     return ConsoleLog(folder / rec.LOG_NAME, fresh=True)
 
 
@@ -108,8 +108,8 @@ def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[st
     """Run the workers writing into ``folder`` (again from the newest checkpoint after a
     failure, up to --max-restarts times); the record, ``config.out`` as the user gave it."""
     cfg, size = job.cfg, job.size
-    resolved = dataclasses.replace(cfg, workers=size, out=str(folder),
-                                   save_model=cfg.save_model and cfg.out is not None)
+    resolved = cfg.replace(workers=size, out=str(folder),
+                           save_model=cfg.output.save_model and cfg.output.out is not None)
     log = _open_log(cfg, folder)
     restarts: list[dict[str, Any]] = []
 
@@ -122,7 +122,7 @@ def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[st
                          "checkpoint": chosen and chosen.label})
         print(f"parascale: {failed.message}; restarting every worker from "
               f"{chosen.label if chosen else 'the beginning'} (restart {attempt} of "
-              f"{cfg.max_restarts})", flush=True)
+              f"{cfg.checkpoint.max_restarts})", flush=True)
         return {contract.RESUME: chosen.to_env() if chosen else ""}
 
     env = {**job.env(resolved), contract.LOG: str(log.path) if log else ""}
@@ -135,20 +135,20 @@ def _run_job(job: Job, store, folder: Path, since: tuple[str, float]) -> dict[st
                     log.line(line)
             print(f"parascale: starting {job.starting}...", flush=True)
             outcome = launch(job.worker, size, env, threads=threads_per_worker(cfg, size),
-                             store=store, max_restarts=cfg.max_restarts, restart=next_attempt,
-                             cap=job.memory_cap)
+                             store=store, max_restarts=cfg.checkpoint.max_restarts,
+                             restart=next_attempt, cap=job.memory_cap)
     except BaseException:  # interrupted: the log said so, and stays where it is
         if log:
             log.close()
         raise
     written = folder / rec.RECORD_NAME
     if outcome.status == "ok" and written.exists():
-        record = runrecord.launched(json.loads(written.read_text()), out=cfg.out, since=since,
-                                    restarts=restarts)
+        record = runrecord.launched(json.loads(written.read_text()), out=cfg.output.out,
+                                    since=since, restarts=restarts)
     else:
         (folder / rec.MODEL_NAME).unlink(missing_ok=True)  # saved before the failure: no result
         record = runrecord.failed(
-            {**resolved.to_dict(), "out": cfg.out}, outcome.status, outcome.message,
+            {**recorded_config(resolved), "out": cfg.output.out}, outcome.status, outcome.message,
             job.plan.record_section() if job.plan else None, detail=outcome.detail,
             restarts=restarts, resumed=[job.choice.entry()] if job.choice else None,
             script=job.script).to_dict()

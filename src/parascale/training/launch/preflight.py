@@ -31,14 +31,14 @@ def world_size_for(cfg: TrainConfig) -> int:
     """Workers this run will have: torchrun's/srun's world, the GPU list, --workers, or cores."""
     if external_launcher():
         return external_size()
-    if cfg.gpus:
-        return len(cfg.gpus)
-    return cfg.workers or available_cores()
+    if cfg.processes.gpus:
+        return len(cfg.processes.gpus)
+    return cfg.processes.workers or available_cores()
 
 
 def threads_per_worker(cfg: TrainConfig, size: int) -> int:
     """--threads, or the cores shared among the workers (at least one each)."""
-    return cfg.threads or cores_per_worker(size)
+    return cfg.processes.threads or cores_per_worker(size)
 
 
 def preflight(cfg: TrainConfig, size: int, memo: dict | None = None) -> dict[str, Any]:
@@ -58,21 +58,21 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
     passed already (``train`` validates it first; a study, as it plans): the step plan, which
     the launcher then hands to its workers rather than have each make it again."""
     faults.check()  # a malformed PARASCALE_FAULT would fail in every worker
-    sync.check(cfg.sync)
-    if cfg.task is None:  # the built-in family: the registries' model and data
-        models.check(cfg.model)
-        with _no_new_folders_on_error(cfg.data_dir if cfg.download else None):
+    sync.check(cfg.strategy.sync)
+    if cfg.job.task is None:  # the built-in family: the registries' model and data
+        models.check(cfg.job.model)
+        with _no_new_folders_on_error(cfg.data.data_dir if cfg.data.download else None):
             data.check(cfg)
         tasks.check_target(cfg)
-    device_type = resolve_device_type(cfg.device, cfg.gpus)
-    resolve_backend(cfg.backend, device_type)
-    if cfg.sync_batchnorm and device_type != "cuda":
+    device_type = resolve_device_type(cfg.processes.device, cfg.processes.gpus)
+    resolve_backend(cfg.processes.backend, device_type)
+    if cfg.strategy.sync_batchnorm and device_type != "cuda":
         raise UsageError("--sync-batchnorm needs CUDA devices (torch's SyncBatchNorm runs only "
                          "on GPUs); leave it out on CPU workers")
-    if cfg.tensorboard:
-        check_writable_folder(cfg.tensorboard, "--tensorboard")
-    if cfg.out:
-        check_writable_folder(cfg.out)
+    if cfg.output.tensorboard:
+        check_writable_folder(cfg.output.tensorboard, "--tensorboard")
+    if cfg.output.out:
+        check_writable_folder(cfg.output.out)
         resume.check_folder(cfg)
         resume.refuse_fresh_start(cfg)
     memo = {} if memo is None else memo
@@ -80,47 +80,57 @@ def plan_checked(cfg: TrainConfig, size: int, memo: dict | None = None) -> Plan:
     replicas = strategy.replicas_per_device(cfg)
     derive(cfg, size, replicas=replicas)  # a batch that does not divide, before the data is read
     # built once per data set in this process, and handed to the local workers (data.handover)
-    facts = data.prepare(cfg, keep=not external_launcher()) if cfg.task is None \
-        else _user_task(cfg, memo)
+    facts = data.prepare(cfg, keep=not external_launcher()) if cfg.job.task is None \
+        else _user_task(cfg, size, memo)
     plan = make_plan(cfg, size, facts["train"], facts["test"], replicas=replicas)
     if plan.steps_per_epoch == 0:
         raise UsageError(_batch_too_large(cfg, plan, size))
     if not external_launcher():  # a torchrun or srun world is what it is
         check_oversubscription(size, threads_per_worker(cfg, size), available_cores(),
-                               strategy.helper_processes(cfg), insist=cfg.oversubscribe)
-    if cfg.task is not None:  # its model was built and tried with its data in _user_task
+                               strategy.helper_processes(cfg), insist=cfg.processes.oversubscribe)
+    if cfg.job.task is not None:  # its model was built and tried with its data in _user_task
         return plan
     num_classes, input_shape = facts["num_classes"], facts["input_shape"]
     sizes = models.options(cfg)
-    model_key = json.dumps(["model", cfg.model, num_classes, input_shape, sizes])
+    model_key = json.dumps(["model", cfg.job.model, num_classes, input_shape, sizes,
+                            cfg.strategy.sync, size > 1])
     if model_key not in memo:
-        model = models.build(cfg.model, num_classes, input_shape, **sizes)
+        model = models.build(cfg.job.model, num_classes, input_shape, **sizes)
         models.probe(model, input_shape, num_classes)
-        memo[model_key] = True
+        memo[model_key] = model_refusal(cfg, model, size)
+    if memo[model_key]:
+        raise UsageError(memo[model_key])
     return plan
 
 
-def _user_task(cfg: TrainConfig, memo: dict) -> dict[str, Any]:
+def model_refusal(cfg: TrainConfig, model, size: int) -> str | None:
+    """Why the run's strategy cannot train ``model`` on ``size`` workers (FSDP cannot shard
+    it), or None: said here, before any worker starts, not by every worker."""
+    return sync.strategy_of(cfg).refuse_model(cfg, model, size)
+
+
+def _user_task(cfg: TrainConfig, size: int, memo: dict) -> dict[str, Any]:
     """A user's task loaded, checked and tried on two samples, once per configuration of the
     things it depends on (a study checks many configurations of one task)."""
-    key = json.dumps(["task", cfg.task, cfg.seed, cfg.val_fraction, cfg.target_metric,
-                      cfg.target_accuracy, cfg.sync])
+    key = json.dumps(["task", cfg.job.task, cfg.job.seed, cfg.data.val_fraction,
+                      cfg.evaluation.target_metric, cfg.evaluation.target_accuracy,
+                      cfg.strategy.sync, size > 1])
     if key not in memo:
-        memo[key] = tasks.preflight(cfg)
+        memo[key] = tasks.preflight(cfg, size)
     return memo[key]
 
 
 def _batch_too_large(cfg: TrainConfig, plan: Plan, size: int) -> str:
     """Why no step fits the training set, and what would fit, with the numbers."""
-    n, name = plan.train_samples, cfg.task or cfg.dataset
-    micro = cfg.accumulate
+    n, name = plan.train_samples, cfg.job.task or cfg.data.dataset
+    micro = cfg.batch.accumulate
     per_device = plan.derived.per_device_batch
-    if cfg.global_batch is not None:
+    if cfg.batch.global_batch is not None:
         fits = n // (size * micro) * size * micro
         advice = f"use --global-batch {fits} or less" if fits else \
             f"use at most {n // micro} workers"
-        return f"the global batch {cfg.global_batch} is larger than the {n} training samples " \
-            f"of {name}; {advice}"
+        return f"the global batch {cfg.batch.global_batch} is larger than the {n} training " \
+            f"samples of {name}; {advice}"
     accumulation = f" x {micro} accumulation steps" if micro > 1 else ""
     options = []
     if n // (per_device * micro):

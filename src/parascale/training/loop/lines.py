@@ -12,6 +12,7 @@ from parascale.config import TrainConfig
 from parascale.data import DataBundle
 from parascale.runrecord import EpochEntry
 from parascale.runtime import World
+from parascale.training.loop.evaluate import coverage
 
 
 def _figure(name: str, value: float) -> str:
@@ -56,23 +57,36 @@ def epoch_line(entry: EpochEntry, plan: Plan, task: tasks.Task) -> str:
             f"{rate:,.0f} {task.unit}/s, train loss {entry.train_loss:.4f}{test}")
 
 
+def _sampled(cfg: TrainConfig, derived, split, task: tasks.Task) -> str:
+    """What an evaluation of ``split`` covers, when it is a sample (--eval-batches)."""
+    cover = coverage(cfg, len(split), derived.global_batch, task.units_per_sample)
+    if cover.seed is None:
+        return ""
+    return (f" (each evaluation: {len(cover.indices)} of them, drawn by --seed {cover.seed}; "
+            "--eval-batches 0 for all)")
+
+
 def banner(cfg: TrainConfig, world: World, plan: Plan, bundle: DataBundle,
            task: tasks.Task) -> None:
     """Rank 0's lines before the first step: the task, world and strategy; the batch and
     learning rate; the steps and the data."""
-    d = plan.derived
+    d, optim = plan.derived, cfg.optim
     threads = torch.get_num_threads()
-    rule = "" if cfg.lr_scaling == "none" else \
-        f" ({cfg.lr_scaling} scaling from base batch {d.base_batch})"
-    warm = f", warm-up {cfg.warmup_epochs:g} epochs" if cfg.warmup_epochs else ""
-    accumulate = f" x {cfg.accumulate} accumulation steps" if cfg.accumulate > 1 else ""
+    rule = "" if optim.lr_scaling == "none" else \
+        f" ({optim.lr_scaling} scaling from base batch {d.base_batch})"
+    warm = f", warm-up {optim.warmup_epochs:g} epochs" if optim.warmup_epochs else ""
+    accumulate = cfg.batch.accumulate
+    accumulated = f" x {accumulate} accumulation steps" if accumulate > 1 else ""
     print(f"parascale: {task.name}, {world.size} worker(s) on "
           f"{world.device.type} ({world.backend}, {world.launcher} launch, {threads} thread(s) "
-          f"per worker), sync {cfg.sync}", flush=True)
-    print(f"  batch {d.per_device_batch} per device x {world.size} workers{accumulate} = "
-          f"{d.global_batch} global; lr {cfg.lr:g} -> {d.effective_lr:g}{rule}{warm}", flush=True)
-    held = f"{len(bundle.val)} validation samples" if bundle.val is not None else ""
-    evaluated = f"{len(bundle.test)} test samples" + (f", {held}" if held else "") \
-        if cfg.evaluate_test else f"{held} (the test set is not evaluated)"
+          f"per worker), sync {cfg.strategy.sync}", flush=True)
+    print(f"  batch {d.per_device_batch} per device x {world.size} workers{accumulated} = "
+          f"{d.global_batch} global; lr {optim.lr:g} -> {d.effective_lr:g}{rule}{warm}",
+          flush=True)
+    held = f"{len(bundle.val)} validation samples" + _sampled(cfg, d, bundle.val, task) \
+        if bundle.val is not None else ""
+    evaluated = f"{len(bundle.test)} test samples" + _sampled(cfg, d, bundle.test, task) + \
+        (f", {held}" if held else "") if cfg.evaluation.evaluate_test else \
+        f"{held} (the test set is not evaluated)"
     print(f"  {plan.total_steps} steps: {plan.epochs} epoch(s) of {plan.steps_per_epoch} steps "
           f"over {len(bundle.train)} training samples; {evaluated}", flush=True)

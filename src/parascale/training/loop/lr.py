@@ -8,24 +8,29 @@ batches diverge without it.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from parascale.config import OptimConfig
 
 
-def lr_at(step: int, *, base_lr: float, effective_lr: float, warmup_steps: int,
-          total_steps: int, schedule: str = "constant", steps_per_epoch: int = 1,
-          milestones: tuple[int, ...] = (), gamma: float = 0.1, from_zero: bool = False,
-          lr_min: float = 0.0) -> float:
-    """Rate for the 0-based optimizer step ``step``. ``from_zero``: the warm-up rises from 0
-    (nanoGPT's ``lr * (step + 1) / (warmup + 1)``, never a step at rate 0) rather than from
-    ``base_lr``; ``lr_min``: where the cosine ends."""
+def lr_at(step: int, optim: OptimConfig, *, effective_lr: float, warmup_steps: int,
+          total_steps: int, steps_per_epoch: int = 1) -> float:
+    """Rate for the 0-based optimizer step ``step`` under ``optim``'s schedule, from the run's
+    plan: its effective rate, warm-up steps (``--warmup-steps``, or ``--warmup-epochs`` in
+    steps), steps in all and per epoch. A warm-up given in steps rises from 0 (nanoGPT's
+    ``lr * (step + 1) / (warmup + 1)``, never a step at rate 0), one in epochs from ``--lr``;
+    the cosine ends at ``--lr-min``."""
     if step < warmup_steps:
-        if from_zero:
+        if optim.warmup_steps > 0:
             return effective_lr * (step + 1) / (warmup_steps + 1)
-        return base_lr + (effective_lr - base_lr) * step / warmup_steps
-    if schedule == "cosine":
+        return optim.lr + (effective_lr - optim.lr) * step / warmup_steps
+    if optim.lr_schedule == "cosine":
         span = max(1, total_steps - warmup_steps)
         fraction = min(1.0, (step - warmup_steps) / span)
+        lr_min = optim.lr_min
         return lr_min + 0.5 * (effective_lr - lr_min) * (1 + math.cos(math.pi * fraction))
-    if schedule == "step":
+    if optim.lr_schedule == "step":
         epoch = step // max(1, steps_per_epoch)
-        return effective_lr * gamma ** sum(epoch >= m for m in milestones)
+        return effective_lr * optim.lr_gamma ** sum(epoch >= m for m in optim.lr_milestones)
     return effective_lr

@@ -10,7 +10,9 @@ every rank runs the same number of steps (uneven counts hang collectives).
 
 Evaluation: contiguous, unpadded shards (rank r gets [r*n/N, (r+1)*n/N)), so that summing
 counts over ranks counts every test sample exactly once (a padding sampler would count some
-twice and skew accuracy).
+twice and skew accuracy). With a budget (``--eval-batches``) the n are a sample of the split,
+drawn once from the seed alone and sorted: the same samples on any number of ranks and at
+every evaluation, sharded as the whole split is.
 """
 from __future__ import annotations
 
@@ -40,8 +42,24 @@ def train_shard(n_samples: int, per_device: int, world: int, rank: int, accumula
     return plan
 
 
-def eval_shard(n_samples: int, world: int, rank: int, batch: int) -> list[torch.Tensor]:
-    """This rank's contiguous share of the test set, in batches; may be empty."""
+#: told apart from the epochs' permutations, which add the epoch (1, 2...) to the same product
+EVAL_STREAM = 999_983
+
+
+def eval_sample(n_samples: int, count: int, seed: int) -> torch.Tensor:
+    """``count`` of a split's ``n_samples`` indices drawn by ``seed`` without replacement, in
+    ascending order; all of them when ``count`` is not below ``n_samples``."""
+    if count >= n_samples:
+        return torch.arange(n_samples)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + EVAL_STREAM)
+    return torch.randperm(n_samples, generator=generator)[:count].sort().values
+
+
+def eval_shard(samples: int | torch.Tensor, world: int, rank: int,
+               batch: int) -> list[torch.Tensor]:
+    """This rank's contiguous share of the evaluated samples (the first ``samples`` indices of
+    the split, or the given ones), in batches; may be empty."""
+    indices = torch.arange(samples) if isinstance(samples, int) else samples
+    n_samples = len(indices)
     start, stop = rank * n_samples // world, (rank + 1) * n_samples // world
-    indices = torch.arange(start, stop)
-    return list(indices.split(batch)) if stop > start else []
+    return list(indices[start:stop].split(batch)) if stop > start else []

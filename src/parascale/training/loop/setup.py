@@ -20,6 +20,7 @@ from parascale.training.checkpoint import disk as checkpoint
 from parascale.training.checkpoint import resume, state
 from parascale.training.checkpoint.resume import Choice
 from parascale.training.checkpoint.writer import CheckpointWriter
+from parascale.training.loop import building
 from parascale.training.loop.lines import banner
 from parascale.training.loop.pruning import TrialPruner
 from parascale.training.loop.run import Run
@@ -34,12 +35,11 @@ from parascale.training.observe.tensorboard import open_tensorboard
 from parascale.training.record.progress import Progress
 
 
-def build_model(cfg: TrainConfig, task: tasks.Task, device: torch.device) -> nn.Module:
-    torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-    model = task.model().to(device)
-    if cfg.sync_batchnorm:
+def build_model(cfg: TrainConfig, task: tasks.Task, world: World) -> nn.Module:
+    model = building.build_model(cfg, world, task.model)  # sharded parameters: without storage
+    if cfg.strategy.sync_batchnorm:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    if cfg.compile:
+    if cfg.strategy.compile:
         return cast(nn.Module, torch.compile(model))  # a module still, wrapping the model
     return model
 
@@ -50,7 +50,7 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     if world.is_main:  # start-up can take long on a busy machine: say what it is doing
         print(f"parascale: {world.size} worker(s) joined; loading the data and building the "
               "model...", flush=True)
-    threads = cfg.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
+    threads = cfg.processes.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
     if threads:  # the local launcher sets OMP_NUM_THREADS; under torchrun --threads decides
         torch.set_num_threads(threads)
     faults = Faults.from_env(world.rank)
@@ -63,20 +63,20 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
     # the checkpoint this attempt continues from, and what it holds
     resumed = (choice, checkpoint.load(Path(choice.path))) if choice is not None else None
     original = cfg
-    resolved = kind.resolve(cfg, world, bundle, lambda: build_model(original, task, device),
+    resolved = kind.resolve(cfg, world, bundle, lambda: build_model(original, task, world),
                             resumed[1]["progress"] if resumed is not None else None)
     cfg, tuning_s = resolved.cfg, resolved.seconds
     if pending:  # the plan of the setting now decided
         plan = plan_for(cfg, world, bundle, None)
     strategy = sync.build(cfg, world)
     strategy.adopt(resolved)
-    model = build_model(cfg, task, device)
+    model = build_model(cfg, task, world)
     measured = flops.measure(cfg, world, plan.derived.per_device_batch, bundle.train, model,
                              task.loss)
     net = strategy.wrap(model)
-    optimizer = strategy.wrap_optimizer(tasks.build_optimizer(task, cfg, net.parameters()))
-    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" and device.type == "cuda" \
-        else None
+    optimizer = strategy.wrap_optimizer(tasks.build_optimizer(task, cfg.optim, net.parameters()))
+    scaler = torch.amp.GradScaler("cuda") \
+        if cfg.strategy.precision == "fp16" and device.type == "cuda" else None
     if world.is_main:
         banner(cfg, world, plan, bundle, task)
     divergence = DivergenceWatch(world, strategy.exchanges_every_step, lambda at, rate: advice(
@@ -90,11 +90,12 @@ def set_up(cfg: TrainConfig, world: World, given: Plan | None) -> Run:
               phases, cpu,
               NoiseScale(cfg, world, strategy, plan, scaler, len(bundle.train)), progress, task,
               tuning_s=tuning_s, pruner=TrialPruner.from_env(world), choice=choice,
-              flops=measured, memory=MemorySplit(enabled=not cfg.compile),
-              tensorboard=open_tensorboard(cfg.tensorboard, world.is_main))
-    interval = checkpoint_interval(cfg.checkpoint_every)
+              flops=measured, memory=MemorySplit(enabled=not cfg.strategy.compile),
+              tensorboard=open_tensorboard(cfg.output.tensorboard, world.is_main))
+    interval = checkpoint_interval(cfg.checkpoint.checkpoint_every)
     if interval is not None and folder is not None:
-        run.checkpoints = CheckpointWriter(interval, folder, cfg.keep, original, world, plan)
+        run.checkpoints = CheckpointWriter(interval, folder, cfg.checkpoint.keep, original, world,
+                                           plan)
     if resumed is not None:
         _continue(run, *resumed)
     cpu.start_window()

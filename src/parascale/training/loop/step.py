@@ -11,10 +11,9 @@ from torch import nn
 from tqdm import tqdm
 
 from parascale import tasks
-from parascale.config import TrainConfig
 from parascale.runrecord import EpochEntry
 from parascale.training.loop import lr as lr_rule
-from parascale.training.loop.evaluate import evaluate
+from parascale.training.loop.evaluate import evaluate_epoch
 from parascale.training.loop.run import Run
 from parascale.training.loop.sampling import train_shard
 from parascale.training.observe import console
@@ -23,13 +22,17 @@ from parascale.training.record.epochs import epoch_entry
 
 
 _NOTHING = contextlib.nullcontext()  # reusable: one object for every step, not one per step
+_AUTOCASTS: dict[tuple[str, str], torch.autocast] = {}  # the same: entered one at a time
 
 
-def _autocast(cfg: TrainConfig, device: torch.device) -> contextlib.AbstractContextManager:
-    if cfg.precision == "fp32":
+def _autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "fp32":
         return _NOTHING
-    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    key = (device.type, precision)
+    if key not in _AUTOCASTS:
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        _AUTOCASTS[key] = torch.autocast(device.type, dtype=dtype)
+    return _AUTOCASTS[key]
 
 
 def run_epoch(run: Run, epoch: int,
@@ -49,10 +52,10 @@ def run_epoch(run: Run, epoch: int,
                mininterval=0.5, miniters=1, disable=None if world.is_main else True,
                leave=False, desc=f"epoch {epoch}/{plan.epochs}")
     run.cpu.start_epoch()
-    shard = train_shard(len(run.bundle.train), per_device, world.size, world.rank, cfg.accumulate,
-                        cfg.seed, epoch, count)
+    shard = train_shard(len(run.bundle.train), per_device, world.size, world.rank,
+                        cfg.batch.accumulate, cfg.job.seed, epoch, count)
     # augmentation randomness differs per rank and epoch, yet is reproducible
-    generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + world.rank * 7919 + epoch)
+    generator = torch.Generator().manual_seed(cfg.job.seed * 1_000_003 + world.rank * 7919 + epoch)
     losses = LossTally(device, part["loss_sum"] if part else None)
     carried_s = 0.0  # this rank's training time in the epoch before the checkpoint
     if part:
@@ -62,7 +65,7 @@ def run_epoch(run: Run, epoch: int,
         run.noise.restore(part.get("noise"))
     batches = iter(run.bundle.train.batches([mb for s in shard[done:] for mb in s], device,
                                             train=True, generator=generator,
-                                            loader_workers=cfg.loader_workers))
+                                            loader_workers=cfg.data.loader_workers))
     # CPU time beside wall time: on a shared machine the wall clock also counts the time other
     # processes held the cores, the CPU time only this process's own work (every thread's)
     # paused: writing checkpoints, not training
@@ -98,15 +101,8 @@ def run_epoch(run: Run, epoch: int,
     entry.profiled = run.phases.profiler.covers(first_step, progress.step)
     # its time spans a restart: a warm-up epoch again
     entry.resumed = bool(part or (progress.resumed and epoch == progress.position["epoch"]))
-    if epoch % cfg.eval_every == 0 or epoch == plan.epochs:
-        run.strategy.before_evaluation()
-        # --val-fraction: the validation split, what a search may look at
-        for name, split in (("test", run.bundle.test if cfg.evaluate_test else None),
-                            ("val", run.bundle.val)):
-            if split is not None:  # a metric's key is <split>_<name>: test_accuracy, val_loss
-                entry.metrics.update({f"{name}_{metric}": value for metric, value in evaluate(
-                    run.task, run.strategy.local_module(), split, world, max(per_device, 256),
-                    lambda: _autocast(cfg, device)).items()})
+    if epoch % cfg.evaluation.eval_every == 0 or epoch == plan.epochs:
+        evaluate_epoch(run, entry, lambda: _autocast(cfg.strategy.precision, device))
     entry.elapsed_s = time.perf_counter() - progress.t_start
     return entry, rows
 
@@ -115,15 +111,13 @@ def take_step(run: Run, batches, losses: LossTally) -> float:
     """One optimizer step over ``accumulate`` micro-batches, timed by phase; its rate."""
     cfg, plan, phases, strategy, optimizer = run.cfg, run.plan, run.phases, run.strategy, \
         run.optimizer
-    accumulate = cfg.accumulate
+    optim, precision, accumulate = cfg.optim, cfg.strategy.precision, cfg.batch.accumulate
     run.progress.step += 1
     step = run.progress.step
     run.faults.before_step(step, plan.derived.per_device_batch)
-    rate = lr_rule.lr_at(step - 1, base_lr=cfg.lr, effective_lr=plan.derived.effective_lr,
+    rate = lr_rule.lr_at(step - 1, optim, effective_lr=plan.derived.effective_lr,
                          warmup_steps=plan.warmup_steps, total_steps=plan.total_steps,
-                         schedule=cfg.lr_schedule, steps_per_epoch=plan.steps_per_epoch,
-                         milestones=cfg.lr_milestones, gamma=cfg.lr_gamma,
-                         from_zero=cfg.warmup_steps > 0, lr_min=cfg.lr_min)
+                         steps_per_epoch=plan.steps_per_epoch)
     for group in optimizer.param_groups:
         group["lr"] = rate
     phases.begin(step)
@@ -133,7 +127,7 @@ def take_step(run: Run, batches, losses: LossTally) -> float:
         step_loss: torch.Tensor | None = None  # the step's loss, over its micro-batches
         for m, batch in enumerate(micro):
             with strategy.accumulating(last=m == accumulate - 1), \
-                    _autocast(cfg, run.world.device), run.memory.forward():
+                    _autocast(precision, run.world.device), run.memory.forward():
                 loss = run.faults.loss(step, run.task.loss(run.net, batch))
             step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
             if m == accumulate - 1:
@@ -145,10 +139,10 @@ def take_step(run: Run, batches, losses: LossTally) -> float:
         strategy.synchronize(optimizer)
     with phases.optimizer:
         run.noise.observe()  # the averaged gradient, before the optimizer uses it
-        if cfg.clip_grad_norm is not None:  # the averaged gradient, as one device's would be
+        if optim.clip_grad_norm is not None:  # the averaged gradient, as one device's would be
             if run.scaler is not None:
                 run.scaler.unscale_(optimizer)
-            nn.utils.clip_grad_norm_(run.net.parameters(), cfg.clip_grad_norm)
+            nn.utils.clip_grad_norm_(run.net.parameters(), optim.clip_grad_norm)
         strategy.step(optimizer, run.scaler)
         run.memory.after_step(run.net, optimizer)  # once: the held bytes by category
         optimizer.zero_grad(set_to_none=True)

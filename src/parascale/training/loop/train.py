@@ -29,9 +29,10 @@ def run_worker(cfg: TrainConfig, teardown: bool = True,
     ``teardown=False`` for a process that exits right after (see ``runtime.world.joined``).
     ``plan``: the launcher's step plan (``training.launch.preflight``), else this worker makes it.
     """
-    device_type = resolve_device_type(cfg.device, cfg.gpus)
-    backend = resolve_backend(cfg.backend, device_type)
-    with joined(device_type, backend, cfg.gpus, cfg.timeout, teardown) as world:
+    processes = cfg.processes
+    device_type = resolve_device_type(processes.device, processes.gpus)
+    backend = resolve_backend(processes.backend, device_type)
+    with joined(device_type, backend, processes.gpus, processes.timeout, teardown) as world:
         log = console.worker_log(cfg, world)
         if log is None:
             return _train(cfg, world, plan)
@@ -77,8 +78,8 @@ def _train_set_up(cfg: TrainConfig, world: World, run: Run, started: str,
             print(epoch_line(entry, run.plan, run.task), flush=True)
         if run.tensorboard is not None:
             run.tensorboard.epoch(entry.to_dict())
-        progress.tta = time_to_target(cfg, directions, entry, progress.tta)
-        stop = bool(cfg.stop_at_target and progress.tta and progress.tta["reached"])
+        progress.tta = time_to_target(cfg.evaluation, directions, entry, progress.tta)
+        stop = bool(cfg.evaluation.stop_at_target and progress.tta and progress.tta["reached"])
         if not stop and run.pruner is not None and \
                 run.pruner.stop(entry, last=epoch == run.plan.epochs):
             pruned, stop = epoch, True

@@ -123,8 +123,9 @@ def worker_log(cfg, world) -> ConsoleLog | None:
     if world.launcher == "local":
         path = os.environ.get(env.LOG_ENV)
         return ConsoleLog(path) if path else None
-    if not cfg.out:
+    if not cfg.output.out:
         return None
-    log = ConsoleLog(os.path.join(cfg.out, LOG_NAME), fresh=not cfg.resume and env.attempt() == 0)
+    log = ConsoleLog(os.path.join(cfg.output.out, LOG_NAME),
+                     fresh=not cfg.checkpoint.resume and env.attempt() == 0)
     log.line(f"--- parascale, {world.launcher} launch, attempt {env.attempt()}, {now()} ---")
     return log

@@ -13,14 +13,18 @@ the asynchronous parameter server) decide on each rank's own loss: a per-step co
 add the very synchronisation they do without and distort what they measure. The rank that stops
 is named by the launcher's failure attribution (its peers only see broken connections).
 
-On CUDA the loss reaches the host through pinned memory and an event recorded after step S, so
-deciding S waits for the device to finish S, not S + 1: the host stays up to a step ahead.
+On CUDA the loss reaches the host through pinned memory and an event recorded after step S
+(both made once and reused, not per step), so deciding S waits for the device to finish S, not
+S + 1: the host stays up to a step ahead. A rank that decides alone waits even less: it decides
+S as soon as that copy is done, and waits for it only once it is ``AHEAD`` steps behind, so the
+host may queue up to two steps ahead of the device, as a plain loop's host does; its decision
+point may then differ by a step between ranks, which no peer waits for.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -29,6 +33,10 @@ from parascale.batch import Derived
 from parascale.config import TrainConfig
 from parascale.errors import KnownFailure
 from parascale.runtime import World
+
+
+AHEAD = 2
+"""Steps a lone CUDA rank's host may run ahead of the device before it waits for a loss."""
 
 
 class NonFiniteLoss(KnownFailure):
@@ -54,6 +62,8 @@ class DivergenceWatch:
         self.explain = explain  # (step, rate) -> the settings and the advice, one line
         self.cuda = world.device.type == "cuda"
         self.pending: list[_Pending] = []
+        # CUDA: pinned buffers and events whose copies were read, for the next steps
+        self._spare: list[tuple[torch.Tensor, Any]] = []
 
     def observe(self, step: int, loss: torch.Tensor, rate: float) -> None:
         """The step's loss, known after its last forward; nothing here waits."""
@@ -62,8 +72,8 @@ class DivergenceWatch:
             values[self.world.rank] = loss.detach()
             self.pending.append(_Pending(step, rate, values,
                                          dist.all_reduce(values, async_op=True)))
-        elif self.cuda:
-            self.pending.append(_Pending(step, rate, loss.detach().double().reshape(1)))
+        elif self.cuda:  # copied as it is (no conversion on the device), read as a float
+            self.pending.append(_Pending(step, rate, loss.detach().reshape(1)))
         else:  # this rank's loss alone, read on the host when decided: no work in the step
             self.pending.append(_Pending(step, rate, loss.detach()))
 
@@ -78,30 +88,46 @@ class DivergenceWatch:
                     self._decide(item, [value])
             return
         if self.cuda:
-            for item in self.pending:
-                self._to_host(item)
+            self._settle_cuda(final)
+            return
         while len(self.pending) > (0 if final else 1):
             item = self.pending.pop(0)
-            values = item.values
-            if self.cuda:
-                values = self._to_host(item)  # its copy, started above
-                item.ready.synchronize()
-            elif item.work is not None:
-                item.work.wait()
-            self._decide(item, values.tolist())
-
-    def _to_host(self, item: _Pending) -> torch.Tensor:
-        """The step's result in pinned host memory, whose copy this starts the first time it is
-        asked (complete once ``item.ready`` is); nothing here waits."""
-        if item.host is None:
             if item.work is not None:
-                item.work.wait()  # NCCL: the current stream waits for the all-reduce, not the host
-            item.host = host = torch.empty_like(item.values, device="cpu").pin_memory()
-            host.copy_(item.values, non_blocking=True)
-            item.ready = torch.cuda.Event()
-            item.ready.record()
-            return host
-        return item.host
+                item.work.wait()
+            self._decide(item, item.values.tolist())
+
+    def _settle_cuda(self, final: bool) -> None:
+        for item in self.pending:
+            self._to_host(item)
+        lone = not self.collective
+        while len(self.pending) > (0 if final else 1):
+            item = self.pending[0]
+            # a lone rank decides what the device has finished, and waits only when behind
+            if lone and not final and len(self.pending) <= AHEAD and not item.ready.query():
+                return
+            self.pending.pop(0)
+            item.ready.synchronize()
+            host = cast(torch.Tensor, item.host)  # its copy, started above
+            self._spare.append((host, item.ready))
+            self._decide(item, host.tolist())
+
+    def _to_host(self, item: _Pending) -> None:
+        """Start the copy of the step's result to pinned host memory the first time it is asked
+        (complete once ``item.ready`` is); nothing here waits."""
+        if item.host is not None:
+            return
+        if item.work is not None:
+            item.work.wait()  # NCCL: the current stream waits for the all-reduce, not the host
+        values = item.values
+        spare = next((i for i, (host, _) in enumerate(self._spare)
+                      if host.shape == values.shape and host.dtype == values.dtype), None)
+        if spare is None:
+            item.host, item.ready = torch.empty_like(values, device="cpu").pin_memory(), \
+                torch.cuda.Event()
+        else:
+            item.host, item.ready = self._spare.pop(spare)
+        item.host.copy_(values, non_blocking=True)
+        item.ready.record()
 
     def _decide(self, item: _Pending, values: list[float]) -> None:
         bad = [r for r, v in enumerate(values) if not math.isfinite(v)]
@@ -132,15 +158,16 @@ def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_step
     reduced precision; the advice leaves out what is not set (no warm-up to lengthen, no
     momentum to lower).
     """
+    optim, precision, momentum = cfg.optim, cfg.strategy.precision, cfg.optim.momentum
     epoch, within = (step - 1) // steps_per_epoch + 1, (step - 1) % steps_per_epoch + 1
     settings = [f"epoch {epoch}" + (f" (its step {within})" if epoch > 1 else ""),
                 f"learning rate {rate:g}"]
     tries = []
-    if cfg.precision == "fp16":
+    if precision == "fp16":
         tries.append("--precision bf16 (fp16 overflows above 65504)")
-    scaled = derived.effective_lr > cfg.lr
-    if cfg.lr_scaling != "none":
-        settings[-1] += (f" ({cfg.lr_scaling} scaling of --lr {cfg.lr:g} from batch "
+    scaled = derived.effective_lr > optim.lr
+    if optim.lr_scaling != "none":
+        settings[-1] += (f" ({optim.lr_scaling} scaling of --lr {optim.lr:g} from batch "
                          f"{derived.base_batch} to {derived.global_batch} gives "
                          f"{derived.effective_lr:g})")
     if not warmup_steps:
@@ -151,17 +178,17 @@ def advice(cfg: TrainConfig, derived: Derived, steps_per_epoch: int, warmup_step
         settings.append(f"in warm-up (step {step} of {warmup_steps})")
         tries.append("a longer --warmup-epochs")
     else:
-        settings.append(f"after {cfg.warmup_epochs:g} warm-up epoch(s)")
-    if scaled and cfg.lr_scaling == "linear":
+        settings.append(f"after {optim.warmup_epochs:g} warm-up epoch(s)")
+    if scaled and optim.lr_scaling == "linear":
         tries.append("--lr-scaling sqrt")
-    tries.append(f"a lower --lr (now {cfg.lr:g})")
-    if cfg.momentum > 0:
-        settings.append(f"momentum {cfg.momentum:g} (steps up to {1 / (1 - cfg.momentum):.3g}x "
-                        "the rate)" if cfg.momentum < 1 else f"momentum {cfg.momentum:g}")
-        tries.append(f"a lower --momentum (now {cfg.momentum:g})")
-    if cfg.precision != "fp32":
-        settings.append(f"precision {cfg.precision}")
-    if cfg.precision == "bf16":
+    tries.append(f"a lower --lr (now {optim.lr:g})")
+    if momentum > 0:
+        settings.append(f"momentum {momentum:g} (steps up to {1 / (1 - momentum):.3g}x the "
+                        "rate)" if momentum < 1 else f"momentum {momentum:g}")
+        tries.append(f"a lower --momentum (now {momentum:g})")
+    if precision != "fp32":
+        settings.append(f"precision {precision}")
+    if precision == "bf16":
         tries.append("--precision fp32")
     return f"{', '.join(settings)}; try {', '.join(tries[:-1])}, or {tries[-1]}" \
         if len(tries) > 1 else f"{', '.join(settings)}; try {tries[0]}"

@@ -30,6 +30,7 @@ class StepClock:
         self.cuda = device.type == "cuda"
         self.rows: list[list[float]] = []
         self._pending: list[tuple[float, list]] = []
+        self._spare: list = []  # CUDA events already read, recorded again by later steps
 
     def start(self) -> None:
         self._t0 = time.perf_counter()
@@ -51,7 +52,7 @@ class StepClock:
         self._pending.append((self._data, self._events))
 
     def _event(self):
-        event = torch.cuda.Event(enable_timing=True)
+        event = self._spare.pop() if self._spare else torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
@@ -61,8 +62,9 @@ class StepClock:
             self._pending[-1][1][-1].synchronize()
         for data, events in self._pending:
             if self.cuda:
-                compute, sync, optimizer, after = (a.elapsed_time(b) / 1000
-                                                   for a, b in zip(events, events[1:]))
+                compute, sync, optimizer, after = [a.elapsed_time(b) / 1000
+                                                   for a, b in zip(events, events[1:])]
+                self._spare.extend(events)  # read: free for the next steps' stamps
             else:  # unpacked, not zipped: this runs for every step of the epoch
                 t0, t1, t2, t3, t4 = events
                 compute, sync, optimizer, after = t1 - t0, t2 - t1, t3 - t2, t4 - t3

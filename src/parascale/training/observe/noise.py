@@ -128,7 +128,7 @@ class NoiseScale:
     def __init__(self, cfg, world, strategy, plan, scaler, population: int | None = None):
         self.world, self.strategy, self.population = world, strategy, population
         derived = plan.derived
-        self.small = derived.per_device_batch * cfg.accumulate
+        self.small = derived.per_device_batch * cfg.batch.accumulate
         self.big = derived.global_batch
         self.reason = _why_not(cfg, world, strategy, scaler)
         self._local: torch.Tensor | None = None  # this step's |g_i|² so far (DDP: per bucket)
@@ -206,7 +206,7 @@ class NoiseScale:
 
 def _why_not(cfg, world, strategy, scaler) -> str | None:
     """Why this run cannot measure the noise scale, or None when it can."""
-    if not cfg.noise_scale:
+    if not cfg.measure.noise_scale:
         return "turned off with --no-noise-scale"
     if world.size == 1:
         return ("one worker has one batch size; the estimate compares the per-device batch's "

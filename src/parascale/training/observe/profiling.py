@@ -53,9 +53,9 @@ class Profiler:
     def __init__(self, cfg: TrainConfig, world: World, shown: Path | None = None):
         """``shown``: the folder the user gave as --out, where a local worker's own --out is a
         staging folder (its traces are said to be where they will be kept)."""
-        self.window = profile_steps(cfg.profile)
+        self.window = profile_steps(cfg.measure.profile)
         self.world = world
-        self.folder = Path(cfg.out or ".") / TRACES
+        self.folder = Path(cfg.output.out or ".") / TRACES
         self.shown = shown / TRACES if shown is not None else self.folder
         self.path = self.folder / f"rank-{world.rank}.json"
         self._trace: _Trace | None = None

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from parascale import flops, runrecord, safejson
+from parascale import flops, runrecord, safejson, tasks
 from parascale import record as rec
 from parascale.batch import Plan
 from parascale.config import TrainConfig
@@ -41,7 +41,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
              summary: Summary, memory: MemorySplit | None = None,
              script: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Collective: every rank must call it. Rank 0 builds the record (:mod:`parascale.runrecord`),
-    writes model.pt (with ``cfg.save_model``) and record.json into ``cfg.out``, and returns the
+    writes model.pt (with ``--save-model``) and record.json into ``--out``, and returns the
     record as written; None on other ranks.
 
     ``summary`` (training/record/summary.py) is this rank's: its epoch entries (every rank's figures
@@ -67,7 +67,7 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
     steady = steady_figures(epochs, rows, summary.steady.source, plan.steps_per_epoch,
                             plan.derived.global_batch)
     record = runrecord.finished(
-        config={**cfg.to_dict(), "workers": world.size},
+        config={**tasks.recorded_config(cfg), "workers": world.size},
         derived={**plan.record_section(), "threads_per_worker": torch.get_num_threads(),
                  "bytes_per_step": strategy.bytes_per_step, "sync_options": strategy.options()},
         task=summary.task,
@@ -92,12 +92,13 @@ def assemble(cfg: TrainConfig, world: World, plan: Plan, strategy: Strategy,
         flops=_flops(summary.flops, cfg, world, plan, steady["steady_throughput"]),
         summary=runrecord.RunSummary(times.setup_s, times.total_s, steady),
         search=summary.search, script=script).to_dict()
-    if cfg.out:
-        if cfg.save_model:
+    output = cfg.output
+    if output.out:
+        if output.save_model:
             buffer = io.BytesIO()
             torch.save(strategy.model_state_dict(), buffer)
-            atomic_write_bytes(Path(cfg.out, rec.MODEL_NAME), buffer.getvalue())
-        rec.write(cfg.out, record)
+            atomic_write_bytes(Path(output.out, rec.MODEL_NAME), buffer.getvalue())
+        rec.write(output.out, record)
     return safejson.finite(record)
 
 
@@ -108,7 +109,7 @@ def _flops(measured: dict[str, Any] | None, cfg: TrainConfig, world: World, plan
     if not measured:
         return None
     section = flops.section(measured["per_device"], measured["devices"], world.size,
-                            cfg.accumulate, steady_throughput, plan.derived.global_batch)
+                            cfg.batch.accumulate, steady_throughput, plan.derived.global_batch)
     if measured.get("error"):
         section["error"] = measured["error"]
     return section
