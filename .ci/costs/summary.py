@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """What the suite's tests cost, from a folder suite_costs.py and sitecustomize.py wrote
 (.ci/costs/README.md): the costliest tests and files by CPU, with wall time, processes started
-and seconds slept; ``--write tests/costs.json`` stores each test's wall time for the order
-tests run in (tests/conftest.py)."""
+and seconds slept."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +10,6 @@ from collections import defaultdict
 from pathlib import Path
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
-WRITE_FROM_S = 0.5  # cheaper tests are left out of costs.json: they count as nothing there
 
 
 def load(folder: Path) -> list[dict]:
@@ -49,13 +47,6 @@ def table(tests: list[dict], top: int) -> None:
               f"{name}")
 
 
-def write(tests: list[dict], path: Path) -> None:
-    costs = {t["id"]: round(t["wall"], 1) for t in sorted(tests, key=lambda t: t["id"])
-             if t["wall"] >= WRITE_FROM_S}
-    path.write_text(json.dumps(costs, indent=0) + "\n")
-    print(f"\n{len(costs)} tests' seconds written to {path}")
-
-
 def remove_empty_groups() -> None:
     """suite_costs.py's groups that outlived their worker (its fork server was still in it)."""
     for group in CPUACCT.glob("suite-costs-*"):
@@ -69,13 +60,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("folder", type=Path)
     parser.add_argument("--top", type=int, default=30)
-    parser.add_argument("--write", type=Path, metavar="COSTS_JSON")
     args = parser.parse_args()
     remove_empty_groups()
     tests = load(args.folder)
     table(tests, args.top)
-    if args.write:
-        write(tests, args.write)
 
 
 if __name__ == "__main__":
