@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -81,16 +82,30 @@ def one_error_line(capsys) -> str:
 
 # ---- commands as their own processes ----------------------------------------------------------
 
-def train_subprocess(tmp_path, *args,
-                     fault: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
-    """``parascale train ARGS`` (with PARASCALE_FAULT ``fault``) into tmp_path/run: the process
-    and its record."""
-    env = {**os.environ, "PARASCALE_FAULT": fault} if fault else dict(os.environ)
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "parascale", "train", *args, "--timeout", "30",
-                           "--out", str(out)], env=env, capture_output=True, text=True,
-                          timeout=240)
-    return proc, json.loads((out / "record.json").read_text())
+@dataclass
+class Finished:
+    """What a command run in this process ended with: as a subprocess's, exit code and output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def train_captured(tmp_path, capfd, *args: str, fault: str | None = None) -> tuple[Finished, dict]:
+    """``parascale train ARGS`` (with PARASCALE_FAULT ``fault``) into tmp_path/run, run in this
+    process, whose fork server is warm (a subprocess would start its own, seconds of CPU): its
+    exit code, what it and its workers printed (captured at the file descriptors, where rank 0
+    writes too), and its record."""
+    capfd.readouterr()
+    with pytest.MonkeyPatch.context() as patch:
+        if fault:
+            patch.setenv("PARASCALE_FAULT", fault)
+        else:
+            patch.delenv("PARASCALE_FAULT", raising=False)
+        code = main(["train", *args, "--timeout", "30", "--out", str(tmp_path / "run")])
+    output = capfd.readouterr()
+    return Finished(code, output.out, output.err), \
+        json.loads((tmp_path / "run" / "record.json").read_text())
 
 
 OVERSUBSCRIPTION = 4  # CPU threads per core a launch may ask for, as --oversubscribe says

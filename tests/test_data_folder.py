@@ -11,7 +11,7 @@ from PIL import Image
 from parascale import data
 from parascale.config import TrainConfig
 from parascale.data.folder import BadImage
-from helpers import assert_refused, one_line, train_subprocess
+from helpers import assert_refused, one_line, train_captured
 from parascale.errors import UsageError
 
 CPU = torch.device("cpu")
@@ -172,12 +172,12 @@ def image_tree(root, broken=(), sizes=None) -> int:
 
 
 @pytest.mark.slow
-def test_unreadable_image_during_training_is_one_line_naming_it(tmp_path):
+def test_unreadable_image_during_training_is_one_line_naming_it(tmp_path, capfd):
     # --image-size: preflight reads no image, so the bad file is met by a batch
     image_tree(tmp_path / "data", broken=("train-b1.png",))
-    proc, record = train_subprocess(tmp_path, "--dataset", "imagefolder", "--data-dir",
-                        str(tmp_path / "data"), "--image-size", "8", "--model", "mlp",
-                        "--workers", "2", "--batch-size", "3", "--epochs", "1")
+    proc, record = train_captured(tmp_path, capfd, "--dataset", "imagefolder", "--data-dir",
+                                  str(tmp_path / "data"), "--image-size", "8", "--model", "mlp",
+                                  "--workers", "2", "--batch-size", "3", "--epochs", "1")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]

@@ -5,12 +5,12 @@ theirs alone, and every process a test looks at descends from its own launcher."
 import json
 import signal
 import subprocess
-import time
 
 import pytest
 
 from conftest import wait_until
 from helpers import alive, began, cli, contents, leftovers, old_results, tree
+from parascale.cli.main import main
 
 
 @pytest.mark.slow
@@ -61,14 +61,16 @@ def test_folders_of_a_killed_launcher_are_removed_by_the_next_launch(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_leaves_a_study_resumable_as_ctrl_c_does(tmp_path):
+def test_sigterm_leaves_a_study_resumable_as_ctrl_c_does(tmp_path, capsys):
     study = tmp_path / "study"
     args = ["bench", "--model", "mlp", "--workers", "1", "-V", "steps=2,200", "--out", str(study)]
     proc = cli(*args, tmpdir=tmp_path / "tmp", fault="slow@0:0.1", stdout=subprocess.DEVNULL,
                stderr=subprocess.PIPE)
     assert wait_until(lambda: len(list(study.glob("runs/*/record.json"))) == 1
                       or proc.poll() is not None, 300.0), "the first run was never filed"
-    time.sleep(1.0)  # the second run is under way
+    # the second run is under way: its workers joined (slowed, it takes 20 s more)
+    assert wait_until(lambda: joined(study) or proc.poll() is not None, 300.0), \
+        "the second run never began"
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 143, stderr
@@ -77,9 +79,19 @@ def test_sigterm_leaves_a_study_resumable_as_ctrl_c_does(tmp_path):
     assert lines[-2].startswith(f"interrupted: 1 of 2 runs are recorded in {study}; to resume"), \
         stderr
     assert leftovers(tmp_path / "tmp") == []
-    again = cli(*args, tmpdir=tmp_path / "tmp", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = again.communicate(timeout=300)
-    assert again.returncode == 0, stderr
-    assert "1 of 2 runs already done" in stdout
+    capsys.readouterr()
+    assert main(args) == 0  # resumed in this process, whose fork server is warm
+    assert "1 of 2 runs already done" in capsys.readouterr().out
     statuses = [json.loads(p.read_text())["status"] for p in study.glob("runs/*/record.json")]
     assert statuses == ["ok", "ok"]
+
+
+def joined(study) -> bool:
+    """Whether a run of ``study`` in progress has its workers (a filed run's folder may go)."""
+    for log in study.glob(".running/*/log.txt"):
+        try:
+            if "worker(s) joined" in log.read_text():
+                return True
+        except OSError:
+            pass
+    return False

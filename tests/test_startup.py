@@ -14,12 +14,14 @@ import psutil
 import pytest
 import torch
 
+from conftest import wait_until
 from parascale import train
 from parascale.runtime import launch
 
 PROBE = """
 import json, os, sys, threading
 threads = len(os.listdir("/proc/self/task"))
+preloaded = "torch" in sys.modules
 import torch
 print("probe rank", os.environ["PARASCALE_RANK"], "speaks", flush=True)
 out = os.path.join(os.environ["PROBE_OUT"], f"rank{os.environ['PARASCALE_RANK']}.json")
@@ -27,7 +29,24 @@ with open(out, "w") as f:
     json.dump({"threads": threads, "python_threads": threading.active_count(),
                "torch_threads": torch.get_num_threads(), "rand": torch.rand(3).tolist(),
                "cwd": os.getcwd(), "marker": os.environ.get("PROBE_MARKER"),
-               "parent": os.getppid()}, f)
+               "parent": os.getppid(), "preloaded": preloaded}, f)
+"""
+
+# forked from the fork server, as an HPO trial is: forks its own server, then starts a probe
+OWN_SERVER = """
+import json, os
+from parascale.runtime import mp_private, processes
+
+forked = processes.fork_own_server()
+server = mp_private.forkserver_pid()
+os.environ["PROBE_MARKER"] = "set after the fork"
+probe = processes.start_module("startup_probe", {**os.environ, "PARASCALE_RANK": "0"}, None, 1,
+                               "probe")
+seen = {"forked": forked, "server": server, "code": probe.wait(120),
+        "server_parent": int(open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1]),
+        "same_program": open(f"/proc/{server}/cmdline").read() == open("/proc/self/cmdline").read()}
+with open(os.path.join(os.environ["PROBE_OUT"], "trial.json"), "w") as f:
+    json.dump(seen, f)
 """
 
 
@@ -83,6 +102,32 @@ def test_without_multiprocessings_private_parts_workers_start_as_fresh_interpret
         assert rank["cwd"] == str(tmp_path) and rank["marker"] == "plain"
     assert seen[0]["rand"] != seen[1]["rand"]
     assert "probe rank 0 speaks" in capfd.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_process_forked_from_the_server_forks_its_own_for_what_it_starts(tmp_path,
+                                                                          monkeypatch):
+    """An HPO trial starts its workers: from a fork server it forked from itself, holding what
+    the first server imported (no interpreter imports torch again), and they start as a fresh
+    interpreter would; the trial's server goes with it. A process not forked from the fork
+    server (this one) makes none."""
+    from parascale.runtime import processes
+
+    (tmp_path / "startup_probe.py").write_text(PROBE)
+    (tmp_path / "own_server.py").write_text(OWN_SERVER)
+    monkeypatch.chdir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PROBE_OUT": str(tmp_path)}
+    trial = processes.start_module("own_server", env, tmp_path / "trial.log", 1, "trial")
+    assert trial.wait(120) == 0, (tmp_path / "trial.log").read_text()
+    seen = json.loads((tmp_path / "trial.json").read_text())
+    probe = json.loads((tmp_path / "rank0.json").read_text())
+    assert seen["forked"] and seen["code"] == 0
+    assert seen["server_parent"] == trial.pid and seen["same_program"]  # a fork, not an exec
+    assert probe["parent"] == seen["server"] and probe["preloaded"]
+    assert probe["threads"] == 1 and probe["python_threads"] == 1 and probe["torch_threads"] == 1
+    assert probe["cwd"] == str(tmp_path) and probe["marker"] == "set after the fork"
+    assert wait_until(lambda: not psutil.pid_exists(seen["server"]), 30)
+    assert processes.fork_own_server() is False
 
 
 def _params(out) -> dict:

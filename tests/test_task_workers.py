@@ -1,11 +1,10 @@
 """A user's task that fails only inside a worker, after the pre-start check passed: one line
 naming the rank, no traceback on the terminal, the run recorded as failed."""
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from helpers import Finished, train_captured
 
 pytestmark = pytest.mark.slow  # every test here starts worker processes
 
@@ -34,20 +33,19 @@ def make(**changes):
 """
 
 
-def _failed(tmp_path, body: str, name: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """``parascale train --task`` of ``body`` on 2 workers: the process and its record."""
+def _failed(tmp_path, capfd, body: str, name: str) -> tuple[Finished, dict]:
+    """``parascale train --task`` of ``body`` on 2 workers, from ``tmp_path`` where the task's
+    file is, in this process (its fork server is warm): the exit code, output and record."""
     (tmp_path / f"{name}.py").write_text(TASK + textwrap.dedent(body))
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "parascale", "train", "--task", f"{name}:task",
-                           "--workers", "2", "--steps", "2", "--batch-size", "4",
-                           "--timeout", "30", "--out", str(out)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    return proc, json.loads((out / "record.json").read_text())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        return train_captured(tmp_path, capfd, "--task", f"{name}:task", "--workers", "2",
+                              "--steps", "2", "--batch-size", "4")
 
 
-def test_sys_exit_in_a_workers_loss_is_one_line_naming_the_rank(tmp_path):
+def test_sys_exit_in_a_workers_loss_is_one_line_naming_the_rank(tmp_path, capfd):
     # the check in the launcher has no process group: only the workers' rank 0 exits
-    proc, record = _failed(tmp_path, """
+    proc, record = _failed(tmp_path, capfd, """
         def leaves(net, batch):
             if dist.is_initialized() and dist.get_rank() == 0:
                 sys.exit(0)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import train_subprocess
+from helpers import train_captured
 from parascale.config import TrainConfig
 
 
@@ -16,9 +16,9 @@ from parascale.config import TrainConfig
     ("allreduce", "at step 3 on rank 1 (of 2); epoch 1, learning rate 0.05, no warm-up"),
     ("none", "at step 3 on rank 1 (decided by that rank alone"),
 ])
-def test_divergence_is_named_by_step_and_rank_in_one_line(tmp_path, sync, where):
-    proc, record = train_subprocess(tmp_path, "--workers", "2", "--epochs", "1", "--sync", sync,
-                        fault="nan@1:3")
+def test_divergence_is_named_by_step_and_rank_in_one_line(tmp_path, capfd, sync, where):
+    proc, record = train_captured(tmp_path, capfd, "--workers", "2", "--epochs", "1", "--sync",
+                                  sync, fault="nan@1:3")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]

@@ -1,6 +1,4 @@
 """A worker that dies, crashes, stalls or runs out of memory ends the job fast, naming the rank."""
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -10,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 
-from helpers import STUCK_SLACK_S, began, cli
+from helpers import STUCK_SLACK_S, began, cli, train_captured
 
 pytestmark = pytest.mark.slow  # every test here starts worker processes
 
@@ -67,16 +65,13 @@ def test_out_of_memory_is_a_result(train_run, fault):
     assert "per-device batch 16" in record["reason"]
 
 
-def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path):
-    out = tmp_path / "run"
-    env = {**os.environ, "PARASCALE_FAULT": "raise@1:2"}
-    proc = subprocess.run([sys.executable, "-m", "parascale", "train", "--workers", "2",
-                           "--epochs", "1", "--timeout", "10", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=120)
+def test_cli_reports_the_failed_rank_and_exits_non_zero(tmp_path, capfd):
+    proc, record = train_captured(tmp_path, capfd, "--workers", "2", "--epochs", "1",
+                                  fault="raise@1:2")
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("parascale: failed: rank 1 failed: RuntimeError"), proc.stderr
-    assert json.loads((out / "record.json").read_text())["status"] == "failed"
+    assert record["status"] == "failed"
 
 
 def _alive(pid: int) -> bool:

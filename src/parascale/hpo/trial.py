@@ -2,7 +2,9 @@
 
 Started by the search (forked from its fork server, so torch is already imported) with the
 trial in ``PARASCALE_TRIAL``. The affinity is set before anything else, so the workers this
-process starts, and their thread counts, follow it. A configuration the trainer refuses (a batch
+process starts, and their thread counts, follow it; then the trial forks its own fork server
+for its workers from itself (``processes.fork_own_server``), in milliseconds, where a fresh
+one would import torch again. A configuration the trainer refuses (a batch
 larger than the data set, say) leaves ``error.json`` with the one line, and exit code 2.
 """
 from __future__ import annotations
@@ -24,6 +26,9 @@ def main() -> int:
     spec = json.loads(os.environ[SPEC_ENV])
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, spec["cores"])
+    from parascale.runtime.processes import fork_own_server
+
+    fork_own_server()  # before this process starts a thread or trains
     from parascale.errors import UsageError
     from parascale.files import atomic_write_text
     from parascale.interrupts import EXIT_CODE, Terminated, sigterm_interrupts

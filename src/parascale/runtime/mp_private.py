@@ -4,8 +4,9 @@ Forking workers from a warm fork server (docs/design.md, "Start-up: the fork ser
 names that are not public API (:data:`NEEDED`): the process's ``_config`` (where the fork
 server's socket folder goes), ``util._run_finalizers`` (multiprocessing's clean-up, which
 ``os._exit`` skips), and the fork server's and resource tracker's handles (``_forkserver_pid``,
-``_forkserver_alive_fd``, ``resource_tracker._fd`` and ``_pid``). They exist in the CPython this
-project tests (3.11; README, "Tests"), but any release may rename one. :func:`usable` says
+``_forkserver_alive_fd``, ``_forkserver_address``, ``resource_tracker._fd`` and ``_pid``). They
+exist in the CPython this project tests (3.11; README, "Tests"), but any release may rename
+one. :func:`usable` says
 whether all are there; where one is missing, :mod:`.processes` starts each process as a fresh
 interpreter instead (slower to start, the same behaviour), and nothing here raises.
 
@@ -24,6 +25,9 @@ NEEDED = [
     ("multiprocessing.process", "_current_process", "_config"),
     ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid"),
     ("multiprocessing.forkserver", "_forkserver", "_forkserver_alive_fd"),
+    ("multiprocessing.forkserver", "_forkserver", "_forkserver_address"),
+    ("multiprocessing.forkserver", "", "main"),
+    ("multiprocessing.connection", "", "arbitrary_address"),
     ("multiprocessing.resource_tracker", "_resource_tracker", "_fd"),
     ("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
 ]
@@ -68,6 +72,27 @@ def run_finalizers() -> None:
 def forkserver_pid() -> int | None:
     """The running fork server's process id, or None."""
     return _get("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")
+
+
+def socket_address() -> str:
+    """A new path for a fork server's Unix socket, in multiprocessing's temporary folder."""
+    return _get("multiprocessing.connection", "", "arbitrary_address")("AF_UNIX")
+
+
+def serve_forks(listener_fd: int, alive_r: int) -> None:
+    """Run multiprocessing's fork server loop in this process, on the listening socket
+    ``listener_fd``, until every holder of the other end of the pipe ``alive_r`` has closed it
+    (it then raises SystemExit)."""
+    _get("multiprocessing.forkserver", "", "main")(listener_fd, alive_r, [])
+
+
+def adopt_forkserver(address: str, alive_fd: int, pid: int) -> None:
+    """Make ``pid``, a child of this process serving at ``address``, this process's fork server,
+    as if multiprocessing had started it: ``alive_fd`` is the pipe end whose closing ends it."""
+    server = _owner("multiprocessing.forkserver", "_forkserver")
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_fd
+    server._forkserver_pid = pid
 
 
 def stop_forkserver() -> None:

@@ -97,6 +97,48 @@ def warm() -> None:
     forkserver.ensure_running()
 
 
+#: whether this process was forked from the fork server (by :func:`start_module`)
+_forked = False
+
+
+def fork_own_server() -> bool:
+    """Give this process a fork server of its own by forking it, instead of starting a fresh
+    interpreter that imports torch again (seconds of CPU). Only for a process forked from the
+    fork server that will start processes of its own (an HPO trial starts its workers), called
+    first thing: it holds what the server imported and nothing a run did yet, so a fork of it
+    is such a server, and it has no thread to lose. The server runs multiprocessing's own loop
+    until this process has gone, and dies with it. False, with nothing done, where this process
+    was not forked from the fork server."""
+    if not (_forked and mp_private.usable()) or mp_private.forkserver_pid() is not None:
+        return False
+    import socket
+
+    _context()  # the socket's folder: a short one under a long $TMPDIR
+    address = mp_private.socket_address()
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(alive_w)
+                die_with_parent()
+                if os.getppid() == parent:  # else it died before the signal was armed
+                    mp_private.serve_forks(listener.fileno(), alive_r)  # until alive_w closes
+            except SystemExit:
+                pass
+            except BaseException:  # noqa: BLE001 - its clients then fail, naming the error
+                sys.excepthook(*sys.exc_info())
+            finally:
+                os._exit(0)
+    os.close(alive_r)
+    mp_private.adopt_forkserver(address, alive_w, pid)
+    return True
+
+
 def exit_now(code: int) -> NoReturn:
     """Leave at once, without Python's clean-up or C++ destructors (after importing torch they
     took seconds, and a joined process group's can hang: see ``runtime.world.joined``). Output is
@@ -204,6 +246,8 @@ def _forked_main(module: str, env: dict[str, str], cwd: str, path: list[str], ou
 
     from parascale.runtime.memory_cap import enter
 
+    global _forked
+    _forked = True
     die_with_parent()
     os.setpgid(0, 0)  # a group of its own, for stop() to end with whatever it starts
     _set_title(title)
