@@ -19,6 +19,8 @@
   backward's usual share of forward + backward (backward costs about twice the forward); on
   CPUs 0, since gloo's threads run the exchange on the very cores that compute, so overlapped
   communication slows backward instead of hiding (docs/strategies.md). Or given by hand.
+- Exchange scale: where φ was measured as 0 and the exposed sync is still longer than the
+  modelled exchange, the records' exposed exchange over the modelled one (:func:`exchange`).
 """
 from __future__ import annotations
 
@@ -209,6 +211,34 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
                  "bucket allreduces with it")
 
 
+def exchange(records: list[RunRecord], model: Model, phi: Input) -> Input | None:
+    """Where φ was measured as 0 (nothing hid) and the records' exposed sync is still longer
+    than the modelled exchange and wait, the step's exchange costs more than the link's line:
+    the work around each collective (DDP's bucket copies and hooks, gloo's threads handing
+    over), and other collectives of the step (the noise scale's norms), none of which a comm
+    record's bare allreduce holds. Sets ``model.exchange_scale`` to the median of (exposed −
+    wait) / modelled exchange over those records, carried to every N and strategy; None (scale
+    1) otherwise: a shortfall that φ explains, or nothing measured to scale by."""
+    if phi.how != "measured" or phi.value > 0:
+        return None
+    picks = []
+    for r in records:
+        if r.sync == model.strategy.name and r.workers > 1 and r.status == "ok" \
+                and not r.baseline:
+            modelled = model.comm(r.workers)
+            if modelled > 0:
+                picks.append((phases(r).sync_s - model.wait(r.workers)) / modelled)
+    scale = median(picks) if picks else 1.0
+    if scale <= 1.0:
+        return None
+    model.exchange_scale = scale
+    return Input("exchange scale", scale, "x", "measured",
+                 f"exposed sync less the wait over the modelled exchange, median of "
+                 f"{len(picks)} record(s) at N > 1 that hid none of it: the step's work around "
+                 "its collectives and its other collectives (the noise scale's), beyond a bare "
+                 "allreduce's time; carried to every N and strategy")
+
+
 def noise_scale(records: list[RunRecord], given: float | None,
                 notes: list[str] | None = None) -> Input | None:
     """B_noise: given by hand (assumed), or the last measured epoch's ``noise_scale`` where
@@ -262,6 +292,7 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
                   spread_s=spread, work_shape=shape, work_samples=samples)
     phi = overlap(records, model, given_overlap)
     model.overlap = phi.value
+    scaled = exchange(records, model, phi)
     other = Input("other(b)", f"{work.other_s * 1e3:.4g} ms", "", "measured",
                   "optimizer step and the rest of the step, mean; taken as independent of b")
     links = [Input("link" if intra is None else "inter-node link", link.figures(), "",
@@ -282,7 +313,7 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
                     Input("messages per exchange", buckets, "", "counted",
                           "DDP's buckets: 1 MiB first, then the record's bucket_mb" if
                           strategy.overlaps else "one exchange"),
-                    *links, phi,
+                    *links, phi, *([scaled] if scaled else []),
                     spread_input(model, spread, refs)]
     noise = noise_scale(records, given_noise, notes)
     if noise is not None:

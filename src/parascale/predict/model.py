@@ -128,6 +128,10 @@ class Model:
     """Per N: a study's contention baseline's measured compute over the reference compute at
     the same per-device batch (N processes sharing a machine slow each other's compute);
     an N not in it keeps the reference compute (:mod:`parascale.predict.contention`)."""
+    exchange_scale: float = 1.0
+    """The records' exposed exchange over the modelled one, where a run that hid none of it
+    still took longer than the link's line says (:func:`parascale.predict.calibrate.exchange`);
+    1 otherwise."""
     inputs: list[Input] = field(default_factory=list)
 
     def compute(self, n: int, batch: float) -> float:
@@ -148,7 +152,7 @@ class Model:
         messages = self.buckets if self.strategy.overlaps else 1
         time = costs.per_step(self.strategy, n, self.gradient_bytes, self.link,
                               buckets=messages, intra=self.intra, per_node=self.per_node)
-        return time * self.correction
+        return time * self.correction * self.exchange_scale
 
     @property
     def correction(self) -> float:
