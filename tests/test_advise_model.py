@@ -84,6 +84,18 @@ def test_time_to_a_target_is_whole_epochs_and_their_evaluations():
     assert (every2.epochs, every2.evaluations) == (2, 1)  # seen at the next evaluation
 
 
+def test_one_device_evaluates_in_the_time_measured_on_one_device():
+    """A small evaluation is mostly fixed cost: where the probes measured it on one worker,
+    one device takes that, not the pilot's 2 devices' time spread back onto one."""
+    s = stats(train_samples=1000, eval_s=0.006, eval_devices=2, eval_alone_s=0.0045)
+    alone = time_to_goal(s, devices=1, batch=10, step_s=0.01, steps=100)
+    assert alone.time_s == pytest.approx(1.0 + 0.0045)
+    two = time_to_goal(s, devices=2, batch=10, step_s=0.01, steps=100)
+    assert two.time_s == pytest.approx(1.0 + 0.006)
+    spread = time_to_goal(dataclasses.replace(s, eval_alone_s=None), 1, 10, 0.01, 100)
+    assert spread.time_s == pytest.approx(1.0 + 0.012)  # without it: spread over N, assumed
+
+
 def test_time_to_spend_a_budget_counts_its_steps_and_each_evaluation():
     s = stats(steps=None, budget_samples=1500.0, train_samples=1000, eval_s=1.0)
     t = time_to_goal(s, devices=1, batch=10, step_s=0.01, steps=150)

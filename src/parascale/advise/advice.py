@@ -223,7 +223,8 @@ def _basis(opts: Options, flat: dict[str, Any], found: measure.Readings, higher:
             figures.append(check)
         speed = Speed(model, model.gradient_bytes, memory, readings.work_band(found, model),
                       low, high)
-    stats = readings.statistics(flat, opts, pilot, figures, unit[1], bool(higher))
+    stats = readings.statistics(flat, opts, pilot, figures, unit[1], bool(higher),
+                                None if opts.cluster else found.probes)
     stats.contention = dict(speed.model.contention)
     subject = (f"{flat.get('task') or flat.get('model')}"
                + ("" if flat.get("task") else f" on {flat.get('dataset')}") + ", "

@@ -127,6 +127,10 @@ class Statistics:
     eval_s: float = 0.0
     """One evaluation's time on ``eval_devices`` devices."""
     eval_devices: int = 1
+    eval_alone_s: float | None = None
+    """One evaluation's time on one device where measured there (the probes): a small
+    evaluation's fixed part does not spread over devices, so one device is not taken to need
+    ``eval_devices`` times the pilot's."""
     contention: dict[int, float] = field(default_factory=dict)
     """k(N), as the step's compute: an evaluation is compute too, spread over the devices and
     slowed alike where N processes share a machine."""
@@ -224,6 +228,8 @@ def time_to_goal(stats: Statistics, devices: int, batch: int, step_s: float, ste
     """Seconds of training until the goal, as parascale measures it (see the module)."""
     per_eval = stats.eval_s * stats.eval_devices / devices * \
         stats.contention.get(devices, 1.0) / stats.contention.get(stats.eval_devices, 1.0)
+    if devices == 1 and stats.eval_alone_s is not None:
+        per_eval = stats.eval_alone_s
     target = stats.budget_samples is None
     if not stats.train_samples:
         return Timing(steps * step_s, steps, None, 0, True)

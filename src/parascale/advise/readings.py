@@ -426,7 +426,8 @@ def cap_samples(flat: dict[str, Any], batch: int, train: int | None) -> float | 
 
 
 def statistics(flat: dict[str, Any], opts: Options, pilot: RunRecord | None,
-               figures: list[Figure], units_per_sample: float, higher: bool) -> Statistics:
+               figures: list[Figure], units_per_sample: float, higher: bool,
+               probes: list[RunRecord] | None = None) -> Statistics:
     batch, lr = reference(flat)
     if pilot is not None:
         batch = int(pilot.get("derived", "global_batch") or batch)
@@ -443,6 +444,12 @@ def statistics(flat: dict[str, Any], opts: Options, pilot: RunRecord | None,
         figures.append(Figure("one evaluation", stats.eval_s, "s", "measured",
                               f"the pilot's epochs on {stats.eval_devices} workers (spread over "
                               "N devices: assumed)"))
+    alone = [evaluation(r)[0] for r in probes or () if r.workers == 1]
+    if alone and stats.eval_devices != 1:
+        stats.eval_alone_s = median(alone)
+        figures.append(Figure("one evaluation on 1 device", stats.eval_alone_s, "s", "measured",
+                              f"the last evaluation of {len(alone)} probe(s) at 1 worker, "
+                              "median"))
     if stats.budget_samples is not None:
         figures.append(Figure("budget", stats.budget_samples, "samples", "given",
                               f"--budget-{opts.budget_unit} {opts.budget:g} at the reference "
