@@ -19,8 +19,9 @@
   backward's usual share of forward + backward (backward costs about twice the forward); on
   CPUs 0, since gloo's threads run the exchange on the very cores that compute, so overlapped
   communication slows backward instead of hiding (docs/strategies.md). Or given by hand.
-- Exchange scale: where φ was measured as 0 and the exposed sync is still longer than the
-  modelled exchange, the records' exposed exchange over the modelled one (:func:`exchange`).
+- Exchange scale: where φ was measured as 0 and a record's step at N > 1 is still longer than
+  the modelled work, exchange and wait, what it took beyond the modelled work over the
+  modelled exchange (:func:`exchange`).
 """
 from __future__ import annotations
 
@@ -212,13 +213,14 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
 
 
 def exchange(records: list[RunRecord], model: Model, phi: Input) -> Input | None:
-    """Where φ was measured as 0 (nothing hid) and the records' exposed sync is still longer
-    than the modelled exchange and wait, the step's exchange costs more than the link's line:
-    the work around each collective (DDP's bucket copies and hooks, gloo's threads handing
-    over), and other collectives of the step (the noise scale's norms), none of which a comm
-    record's bare allreduce holds. Sets ``model.exchange_scale`` to the median of (exposed −
-    wait) / modelled exchange over those records, carried to every N and strategy; None (scale
-    1) otherwise: a shortfall that φ explains, or nothing measured to scale by."""
+    """Where φ was measured as 0 (nothing hid) and the records' steps at N > 1 still take
+    longer than the modelled work, exchange and wait, the step's exchange costs more than the
+    link's line: the work around each collective (DDP's bucket copies and its hooks inside
+    backward, gloo's threads taking cores from compute and the optimizer) and the step's other
+    collectives (the noise scale's norms), none of which a comm record's bare allreduce holds.
+    Sets ``model.exchange_scale`` to the median of (step − modelled work − wait) / modelled
+    exchange over those records, carried to every N and strategy; None (scale 1) otherwise: a
+    shortfall that φ explains, or nothing measured to scale by."""
     if phi.how != "measured" or phi.value > 0:
         return None
     picks = []
@@ -226,17 +228,20 @@ def exchange(records: list[RunRecord], model: Model, phi: Input) -> Input | None
         if r.sync == model.strategy.name and r.workers > 1 and r.status == "ok" \
                 and not r.baseline:
             modelled = model.comm(r.workers)
+            p = phases(r)
+            beyond = p.compute_s + p.sync_s + p.other_s - model.work_s(r.workers, p.batch) - \
+                model.wait(r.workers)
             if modelled > 0:
-                picks.append((phases(r).sync_s - model.wait(r.workers)) / modelled)
+                picks.append(beyond / modelled)
     scale = median(picks) if picks else 1.0
     if scale <= 1.0:
         return None
     model.exchange_scale = scale
     return Input("exchange scale", scale, "x", "measured",
-                 f"exposed sync less the wait over the modelled exchange, median of "
-                 f"{len(picks)} record(s) at N > 1 that hid none of it: the step's work around "
-                 "its collectives and its other collectives (the noise scale's), beyond a bare "
-                 "allreduce's time; carried to every N and strategy")
+                 f"step less the modelled work and wait, over the modelled exchange, median of "
+                 f"{len(picks)} record(s) at N > 1 that hid none of it: the work around the "
+                 "step's collectives (on the cores that compute), and its other collectives, "
+                 "beyond a bare allreduce's time; carried to every N and strategy")
 
 
 def noise_scale(records: list[RunRecord], given: float | None,
