@@ -239,6 +239,17 @@ def test_the_recommendation_is_the_fastest_whose_steps_are_modelled():
     assert advice.limits
 
 
+def test_of_configurations_as_fast_as_the_advice_can_tell_the_narrowest_band_wins():
+    b = basis()
+    one, two = (forecast(space.Candidate(n, 32, 1, variant(), "fp32"), b, "bounded")
+                for n in (1, 2))
+    fast = dataclasses.replace(two, expected_s=1.00, low_s=0.7, high_s=1.6)
+    sure = dataclasses.replace(one, expected_s=1.04, low_s=0.9, high_s=1.2)  # within 5 %
+    assert rank.decide(b, [fast, sure], "bounded", "goal", {}).recommended is sure
+    slower = dataclasses.replace(sure, expected_s=1.06)  # beyond it: the fastest
+    assert rank.decide(b, [fast, slower], "bounded", "goal", {}).recommended is fast
+
+
 def test_an_imprecise_noise_scale_withholds_the_recommendation():
     b = basis(noise_se=16.0, noise_steps=100)  # 50 %
     fs = [forecast(space.Candidate(n, 32, 1, variant(), "fp32"), b, "bounded") for n in (1, 2)]

@@ -7,6 +7,13 @@ strategy variant that steps on the global batch's mean gradient (its declared
 as if it did, which it is not; when one is predicted faster it is named beside the
 recommendation, as a candidate to measure (``--verify``), not recommended.
 
+Among configurations predicted within ``TIE`` of the fastest (closer than the predictions
+can tell apart: each time rests on a noise scale and step times measured briefly), the one
+whose band ends lowest is recommended: as fast as far as the advice can say, and the least at
+risk where the inputs are at their worst. The steps at a global batch far from the pilot's
+rest most on the noise scale, whose growth during training makes them come out low, so those
+bands are the widest.
+
 A noise scale too imprecise to carry the steps at other global batches (``parascale.precision``,
 the rule training, ``report`` and ``predict`` share) withholds the recommendation: the table is
 still shown, but the advice says why it recommends nothing and how many steps would do.
@@ -23,6 +30,8 @@ from parascale.advise.forecast import Basis, Forecast
 LINK_SHARE = 0.2
 #: a contention factor of at least this is named as a limit
 CONTENTION = 1.15
+#: predicted times within this share of the fastest are a tie, decided by the band's high end
+TIE = 0.05
 
 
 @dataclass
@@ -80,6 +89,8 @@ def decide(basis: Basis, forecasts: list[Forecast], rule: str, goal: str,
         return advice
     exact = [f for f in feasible if f.candidate.variant.exact]
     best = exact[0] if exact else feasible[0]
+    tied = [f for f in (exact or feasible) if f.time_s <= best.time_s * (1 + TIE)]
+    best = min(tied, key=lambda f: (f.high_s, f.time_s))
     advice.recommended = best
     if feasible[0] is not best:
         advice.assumed = feasible[0]
