@@ -3,12 +3,13 @@ exhaustive study of the same space with the same budget, and its predictions aga
 measurement.
 
     .venv/bin/python benchmarks/advise.py [--jobs digits,regression,gpt] [--workers 2]
-                                          [--quiet-machine 60] [--out bench-advise]
+                                          [--repeat 3] [--quiet-machine 60] [--out bench-advise]
 
 Per job: ``parascale advise`` (its measurements here, its search, its table), then every
 configuration of the space it searched run to the target as one study (bench's runner:
-resumable, each run recorded), and a table of predicted against measured time to the target,
-with the step and the epochs apart so that a miss says where it comes from. The summary: the
+resumable, each run recorded), ``--repeat`` times in turn and averaged, and a table of
+predicted against measured time to the target, with the step and the epochs apart so that a
+miss says where it comes from. The summary: the
 space covered, the recommendation's measured time against the best measured one (the issue
 asks for within 15 %), and how many predictions fall within 25 % of measurement.
 
@@ -52,7 +53,25 @@ def echo(line: str) -> None:
     print(line, flush=True)
 
 
-def one(name: str, workers: int, out: Path, quiet: float | None) -> dict:
+def averaged(runs: list[dict]) -> dict:
+    """One configuration's check over its runs: the mean measured time and step (the runs
+    that reached the goal; none if any did not), the error and band against that mean."""
+    check = dict(runs[0])
+    times = [r["measured_s"] for r in runs]
+    steps = [r["measured_step_s"] for r in runs if r["measured_step_s"] is not None]
+    got = statistics.mean(times) if None not in times else None
+    check.update(measured_s=got, runs=len(runs),
+                 measured_step_s=statistics.mean(steps) if steps else None,
+                 busy=any(r["busy"] for r in runs),
+                 error=(check["predicted_s"] - got) / got if got else None,
+                 within_band=(check["low_s"] <= got <= check["high_s"]) if got else None)
+    epochs = sorted({r["measured_epochs"] for r in runs if r["measured_epochs"] is not None})
+    check["measured_epochs"] = epochs[0] if len(epochs) == 1 else \
+        (statistics.mean(epochs) if epochs else None)
+    return check
+
+
+def one(name: str, workers: int, out: Path, quiet: float | None, repeat: int) -> dict:
     from parascale.advise import Options, advise, output, verify
 
     job, batches = JOBS[name]
@@ -68,8 +87,12 @@ def one(name: str, workers: int, out: Path, quiet: float | None) -> dict:
     ordered = ([advice.recommended] if advice.recommended else []) + \
         [f for f in space if f is not advice.recommended]
     began = time.monotonic()
-    checks = verify.run(advice, opts.job, ordered, folder / "exhaustive", True, echo,
-                        quiet_max_s=quiet)
+    # each configuration run `repeat` times (whole studies in turn, so drifting load hits all
+    # alike): a run of a second or two varies by 10-15 % from one to the next, as much as the
+    # configurations near the top differ, so one run each would rank noise
+    rounds = [verify.run(advice, opts.job, ordered, folder / f"exhaustive-{k + 1}", True, echo,
+                         quiet_max_s=quiet) for k in range(repeat)]
+    checks = [averaged([r[i] for r in rounds]) for i in range(len(ordered))]
     studied = time.monotonic() - began
     advice.checks = checks
     output.write(advice, opts.job, folder, True)
@@ -117,6 +140,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quiet-machine", type=float, default=None, metavar="MAX_S")
     parser.add_argument("--out", default="bench-advise")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each configuration, averaged")
     args = parser.parse_args()
     names = [n.strip() for n in args.jobs.split(",") if n.strip()]
     unknown = [n for n in names if n not in JOBS]
@@ -124,10 +149,12 @@ def main() -> None:
         sys.exit(f"unknown job {unknown[0]!r}; the jobs: {', '.join(JOBS)}")
     began = time.monotonic()
     echo(f"# {os.cpu_count()} cores; load average before {os.getloadavg()[0]:.2f}")
-    results = [one(name, args.workers, Path(args.out), args.quiet_machine) for name in names]
+    results = [one(name, args.workers, Path(args.out), args.quiet_machine, args.repeat)
+               for name in names]
     echo("")
     echo(f"advise against an exhaustive study of its space ({args.workers} workers at most, "
-         f"one run per configuration, {time.monotonic() - began:.0f} s in all):")
+         f"the mean of {args.repeat} run(s) per configuration, {time.monotonic() - began:.0f} s "
+         "in all):")
     echo(summary(results))
     echo(f"# load average after {os.getloadavg()[0]:.2f}")
 
