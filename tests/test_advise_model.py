@@ -286,3 +286,31 @@ def test_a_busy_machines_probes_keep_the_measured_rest_of_the_step():
     work, shown = fit_compute(probes, other=3e-4)
     assert work.other_s == 3e-4
     assert work.per_sample_s == pytest.approx(1e-3 / 16) and "1.40 cores" in shown.source
+
+
+def test_the_first_epochs_extra_and_one_devices_evaluation_come_from_every_run_here():
+    """The pilot runs first, on a cold machine; its first epoch's extra is not every run's."""
+    from pathlib import Path
+
+    from parascale.advise.options import Options
+    from parascale.advise.readings import statistics
+    from parascale.report.load import RunRecord
+
+    def run(workers: int, extra: float, evaluation: float) -> RunRecord:
+        # one epoch of 10 steps of 1 ms, its extra, then its evaluation
+        wall = 10 * 1e-3 + extra
+        return RunRecord(Path(f"r{workers}-{extra}.json"), "here", {
+            "config": {"workers": workers}, "derived": {"world_size": workers},
+            "steps": {"phases": {"step": {"mean": 1e-3}}},
+            "epochs": [{"steps": 10, "wall_time_s": wall, "elapsed_s": wall + evaluation}]})
+
+    pilot = run(2, 0.1, 0.004)
+    probes = [run(1, 0.004, 0.005), run(1, 0.003, 0.006), run(1, 0.005, 0.005)]
+    opts = Options(job={}, workers=2, noise_scale=100.0, steps_to_target=50)
+    flat = {"lr": 0.1, "batch_size": 32, "target_metric": "loss", "target_value": 1.0}
+    stats = statistics(flat, opts, pilot, [], 1.0, False, probes)
+    assert stats.first_epoch_s == pytest.approx(0.0045)  # the median of the four runs'
+    assert (stats.eval_s, stats.eval_devices) == (pytest.approx(0.004), 2)
+    assert stats.eval_alone_s == pytest.approx(0.005)
+    alone = statistics(flat, opts, pilot, [], 1.0, False)
+    assert alone.first_epoch_s == pytest.approx(0.1) and alone.eval_alone_s is None

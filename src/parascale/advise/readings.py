@@ -444,6 +444,11 @@ def statistics(flat: dict[str, Any], opts: Options, pilot: RunRecord | None,
         figures.append(Figure("one evaluation", stats.eval_s, "s", "measured",
                               f"the pilot's epochs on {stats.eval_devices} workers (spread over "
                               "N devices: assumed)"))
+    if pilot is not None and probes:
+        # the pilot runs first, on a cold machine (its first epoch took 0.1 s more than its
+        # steps where every later run's took 5-20 ms): the first epoch's extra is the median
+        # over every run advise made here
+        stats.first_epoch_s = median([evaluation(r)[1] for r in (*probes, pilot)])
     alone = [evaluation(r)[0] for r in probes or () if r.workers == 1]
     if alone and stats.eval_devices != 1:
         stats.eval_alone_s = median(alone)
