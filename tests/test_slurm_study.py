@@ -199,3 +199,16 @@ def test_a_job_says_its_missing_data_folder_once(tmp_path, capsys, monkeypatch, 
         said[rank] = capsys.readouterr().err.strip().splitlines()
     assert len(said[0]) == 1 and "--data-dir" in said[0][0] and "does not exist" in said[0][0]
     assert said[1] == []
+
+
+def test_a_misspelt_model_is_said_before_the_cluster_is_asked(monkeypatch, capsys, tmp_path):
+    """sinfo waits seconds for a controller that does not answer; a usage error must not."""
+    from conftest import one_line_error
+    from parascale.cli.main import main
+
+    asked = []
+    monkeypatch.setattr(scheduler, "cpus_per_node", lambda partition: asked.append(partition))
+    assert main(["slurm", "bench", "--model", "nosuch", "--dry-run",
+                 "--out", str(tmp_path / "s")]) == 2
+    assert "unknown model 'nosuch'" in one_line_error(capsys)
+    assert asked == []

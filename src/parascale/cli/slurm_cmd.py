@@ -331,6 +331,12 @@ def study_plan(args: argparse.Namespace):
                          "scheduler gives each job its cores")
     if getattr(args, "gpus", None) is not None:
         raise UsageError("--gpus names this machine's GPUs; on Slurm ask for --gpus-per-node G")
+    if getattr(args, "model", None) is not None:
+        # before asking sinfo, which waits seconds for a controller that does not answer: a
+        # misspelt model is said at once (the plan checks every configuration's again)
+        from parascale import models
+
+        models.check(args.model)
     per_node = opts.gpus_per_node or \
         (scheduler.cpus_per_node(opts.partition) or available_cores()) // opts.cpus_per_task
     args.threads = getattr(args, "threads", opts.cpus_per_task)
