@@ -46,7 +46,10 @@ def _strings(source: str) -> list[tuple[int, str, str]]:
 
 def naming(text: str, line: str, names: list[str]) -> list[str]:
     """The strategy names a string literal ``text`` (as written, quotes included) spells."""
-    body = text.strip("\"'rbfuRBFU")
+    # the literal's prefix (r, b, f, u) and quotes only: str.strip would also take a name's
+    # own first or last letters ("reduce-broadcast", "fsdp", "parameter-server")
+    quoted = re.fullmatch(r"[rRbBfFuU]*(\"\"\"|\'\'\'|\"|\')(.*)\1", text, re.S)
+    body = quoted.group(2) if quoted else text
     said = []
     for name in names:
         word = re.escape(name)
@@ -68,6 +71,8 @@ def test_the_finder_sees_how_a_strategy_is_named():
     assert naming('"--sync none ignores it"', "", names) == ["none"]
     assert naming('"ran local-sgd, 4 workers"', "", names) == ["local-sgd"]
     assert naming('"see sync/local_sgd.py"', "", names) == []
+    assert naming('"fsdp"', "x = 'fsdp'", ["fsdp"]) == ["fsdp"]  # begins with a prefix letter
+    assert naming('r"parameter-server"', "", ["parameter-server"]) == ["parameter-server"]
 
 
 def _examples(line: str) -> bool:

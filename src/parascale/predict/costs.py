@@ -8,9 +8,9 @@ exchange*; a strategy that exchanges every H steps is amortised by :func:`per_st
   Rabenseifner and Gropp 2005). DDP sends S in buckets, each its own allreduce, so the latency
   term is paid once per bucket.
 - tree (reduce then broadcast along a binary tree): ``2·⌈log2 n⌉·(α + S·β)``.
-- reduce-broadcast through one root (Dive into Deep Learning): the root receives n−1 gradients
+- root: reduced through one root, then broadcast (Dive into Deep Learning): the root receives n−1 gradients
   and sends n−1 means, one after another: ``2(n−1)·(α + S·β)``.
-- parameter server with k servers (BytePS, Jiang et al. 2020): a push, then a pull, each bounded
+- server: k parameter servers (BytePS, Jiang et al. 2020): a push, then a pull, each bounded
   by the busier end, a worker (S) or a server (n·S/k): ``2·(α + max(S, n·S/k)·β)``.
 - hierarchical ring on nodes of G devices: reduce-scatter inside each node (intra link), ring
   allreduce of S/G across the m nodes (inter link), all-gather inside the node:
@@ -87,9 +87,9 @@ class Strategy:
     every: int = 1
     """Steps per exchange (local SGD's and SMA's period); the cost is divided by it."""
     servers: int = 1
-    """Parameter servers (parameter-server only)."""
+    """Parameter servers (the server algorithm only)."""
     algorithm: str = "ring"
-    """ring | tree | reduce-broadcast | parameter-server."""
+    """ring | tree | root | server: the collective pattern (sync.traits.Pattern)."""
     passes: float = 2.0
     """Ring passes of ((n−1)/n)·S per exchange: 2 for an allreduce (reduce-scatter, all-gather),
     3 for FSDP stage 3, 3 for torch's ZeRO-1 (its broadcast of the updated parameters)."""
@@ -112,8 +112,8 @@ class Strategy:
 
     def describe(self) -> str:
         text = {"ring": "ring allreduce", "tree": "tree reduce + broadcast",
-                "reduce-broadcast": "reduce to one root + broadcast",
-                "parameter-server": f"parameter server, {self.servers} server(s)"}[self.algorithm]
+                "root": "reduce to one root + broadcast",
+                "server": f"parameter server, {self.servers} server(s)"}[self.algorithm]
         if self.stage is not None:
             text = (f"ZeRO stage {self.stage}, " + {
                 1: "DDP's ring allreduce then a broadcast of the updated parameters",
@@ -165,7 +165,7 @@ def exchange_time(s: Strategy, n: int, size: float, link: Link, *, buckets: int 
         link = intra
     if s.algorithm == "tree":
         return tree(n, size, link, buckets)
-    if s.algorithm == "reduce-broadcast":
+    if s.algorithm == "root":
         return reduce_broadcast(n, size, link)
     return parameter_server(n, size, link, s.servers)
 

@@ -176,7 +176,7 @@ class ParameterServer(Strategy):
 
     @classmethod
     def pattern(cls, settings: ParameterServerSettings) -> Pattern:
-        return Pattern(algorithm="parameter-server", servers=settings.ps_servers)
+        return Pattern(algorithm="server", servers=settings.ps_servers)
 
     @classmethod
     def refuse(cls, cfg) -> str | None:

@@ -53,7 +53,7 @@ class ReduceBroadcast(Strategy):
 
     @classmethod
     def pattern(cls, settings) -> Pattern:
-        return Pattern(algorithm="reduce-broadcast")
+        return Pattern(algorithm="root")
 
     @classmethod
     def refuse(cls, cfg) -> str | None:

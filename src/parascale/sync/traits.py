@@ -74,7 +74,9 @@ class Pattern:
     """
 
     algorithm: str = "ring"
-    """ring (allreduce passes) | reduce-broadcast (through one root) | parameter-server."""
+    """ring (allreduce passes) | tree | root (reduced to one root, then broadcast) | server
+    (pushed to parameter servers and pulled back): a collective pattern, not a strategy; several
+    strategies may share one."""
     overlaps: bool = False
     """Communication can hide behind backward (DDP's buckets); else it follows backward."""
     passes: float = 2.0
@@ -86,7 +88,7 @@ class Pattern:
     every: int = 1
     """Steps per exchange (a period of local steps); the cost is divided by it."""
     servers: int = 1
-    """Parameter servers (the parameter-server algorithm)."""
+    """Parameter servers (the server algorithm)."""
     stage: int | None = None
     """The ZeRO stage of a sharded strategy (1, 2 or 3), for the description."""
     in_compute: bool = False
@@ -101,8 +103,8 @@ class Pattern:
             return None
         if self.algorithm == "ring":
             return sent * self.every * n / (self.passes * (n - 1))
-        if self.algorithm == "reduce-broadcast":
+        if self.algorithm == "root":
             return sent / (n - 1)
-        if self.algorithm == "parameter-server":
+        if self.algorithm == "server":
             return float(sent)
         return None
