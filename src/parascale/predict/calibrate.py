@@ -176,6 +176,12 @@ def buckets_for(size: float, bucket_mb: float = 25.0) -> int:
     return 1 + math.ceil((size - DDP_FIRST_BUCKET) / (bucket_mb * (1 << 20)))
 
 
+def exchanging(records: list[RunRecord], model: Model) -> list[Phases]:
+    """The phases of the records of the model's strategy on 2+ workers: the ones that show
+    how its exchange went (φ, the exchange scale)."""
+    return [phases(r) for r in records if r.sync == model.strategy.name and r.workers > 1]
+
+
 def overlap(records: list[RunRecord], model: Model, given: float | None) -> Input:
     """φ: given, measured (same strategy on 2+ workers, link fitted to this machine), or assumed."""
     if not model.strategy.overlaps:
@@ -186,13 +192,12 @@ def overlap(records: list[RunRecord], model: Model, given: float | None) -> Inpu
     # an exchange inside forward and backward (FSDP's) is counted as compute by its records:
     # no exposed sync to measure φ from
     if model.link.how == "measured" and not model.strategy.in_compute:
-        measured = [r for r in records if r.sync == model.strategy.name and r.workers > 1]
+        measured = exchanging(records, model)
         if measured:
             picks = []
-            for r in measured:
-                p = phases(r)
-                expected = model.comm(r.workers) * model.strategy.hideable + \
-                    model.wait(r.workers)
+            for p in measured:
+                expected = model.comm(p.record.workers) * model.strategy.hideable + \
+                    model.wait(p.record.workers)
                 picks.append((overlap_from(p.sync_s, expected, p.compute_s), p))
             phi = median(x for x, _ in picks)
             ns = sorted({p.record.workers for _, p in picks})
@@ -224,15 +229,12 @@ def exchange(records: list[RunRecord], model: Model, phi: Input) -> Input | None
     if phi.how != "measured" or phi.value > 0:
         return None
     picks = []
-    for r in records:
-        if r.sync == model.strategy.name and r.workers > 1 and r.status == "ok" \
-                and not r.baseline:
-            modelled = model.comm(r.workers)
-            p = phases(r)
-            beyond = p.compute_s + p.sync_s + p.other_s - model.work_s(r.workers, p.batch) - \
-                model.wait(r.workers)
-            if modelled > 0:
-                picks.append(beyond / modelled)
+    for p in exchanging(records, model):
+        n = p.record.workers
+        modelled = model.comm(n)
+        beyond = p.compute_s + p.sync_s + p.other_s - model.work_s(n, p.batch) - model.wait(n)
+        if modelled > 0:
+            picks.append(beyond / modelled)
     scale = median(picks) if picks else 1.0
     if scale <= 1.0:
         return None
@@ -285,8 +287,9 @@ def build(records: list[RunRecord], strategy: costs.Strategy, link: Link, *,
           given_bytes: tuple[float, str] | None = None, given_overlap: float | None = None,
           given_noise: float | None = None, strategy_given: bool = False,
           notes: list[str] | None = None) -> Model:
-    """The calibrated model, with the list of its inputs and how each is known; what the
-    reader should know about the inputs is added to ``notes``."""
+    """The calibrated model of ``records`` (finished runs that trained: :func:`usable`), with
+    the list of its inputs and how each is known; what the reader should know about the inputs
+    is added to ``notes``."""
     refs = reference(records)
     work, work_input = fit_work(refs)
     size = gradient_size(records, given_bytes)
