@@ -439,22 +439,22 @@ def statistics(flat: dict[str, Any], opts: Options, pilot: RunRecord | None,
     stats.budget_samples = budget_samples(opts, train, units_per_sample)
     stats.cap_samples = cap_samples(flat, batch, train)
     if pilot is not None:
-        stats.eval_s, stats.first_epoch_s = evaluation(pilot)
+        stats.eval_s, extra = evaluation(pilot)
         stats.eval_devices = pilot.workers or 1
         figures.append(Figure("one evaluation", stats.eval_s, "s", "measured",
                               f"the pilot's epochs on {stats.eval_devices} workers (spread over "
                               "N devices: assumed)"))
-    if pilot is not None and probes:
+        probed = [(r.workers, *evaluation(r)) for r in probes or ()]
         # the pilot runs first, on a cold machine (its first epoch took 0.1 s more than its
         # steps where every later run's took 5-20 ms): the first epoch's extra is the median
         # over every run advise made here
-        stats.first_epoch_s = median([evaluation(r)[1] for r in (*probes, pilot)])
-    alone = [evaluation(r)[0] for r in probes or () if r.workers == 1]
-    if alone and stats.eval_devices != 1:
-        stats.eval_alone_s = median(alone)
-        figures.append(Figure("one evaluation on 1 device", stats.eval_alone_s, "s", "measured",
-                              f"the last evaluation of {len(alone)} probe(s) at 1 worker, "
-                              "median"))
+        stats.first_epoch_s = median([extra, *(e for _, _, e in probed)])
+        alone = [seconds for workers, seconds, _ in probed if workers == 1]
+        if alone and stats.eval_devices != 1:
+            stats.eval_alone_s = median(alone)
+            figures.append(Figure("one evaluation on 1 device", stats.eval_alone_s, "s",
+                                  "measured", f"the last evaluation of {len(alone)} probe(s) at "
+                                  "1 worker, median"))
     if stats.budget_samples is not None:
         figures.append(Figure("budget", stats.budget_samples, "samples", "given",
                               f"--budget-{opts.budget_unit} {opts.budget:g} at the reference "
