@@ -245,7 +245,9 @@ def test_of_configurations_as_fast_as_the_advice_can_tell_the_narrowest_band_win
                 for n in (1, 2))
     fast = dataclasses.replace(two, expected_s=1.00, low_s=0.7, high_s=1.6)
     sure = dataclasses.replace(one, expected_s=1.04, low_s=0.9, high_s=1.2)  # within 5 %
-    assert rank.decide(b, [fast, sure], "bounded", "goal", {}).recommended is sure
+    tie = rank.decide(b, [fast, sure], "bounded", "goal", {})
+    assert tie.recommended is sure
+    assert tie.assumed is None  # the faster one lost a tie, not for steps the model assumes
     slower = dataclasses.replace(sure, expected_s=1.06)  # beyond it: the fastest
     assert rank.decide(b, [fast, slower], "bounded", "goal", {}).recommended is fast
 

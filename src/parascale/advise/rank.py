@@ -92,7 +92,7 @@ def decide(basis: Basis, forecasts: list[Forecast], rule: str, goal: str,
     tied = [f for f in (exact or feasible) if f.time_s <= best.time_s * (1 + TIE)]
     best = min(tied, key=lambda f: (f.high_s, f.time_s))
     advice.recommended = best
-    if feasible[0] is not best:
+    if exact and not feasible[0].candidate.variant.exact:
         advice.assumed = feasible[0]
     cheapest = min(feasible, key=lambda f: (f.device_hours, f.time_s))
     if cheapest is not best and cheapest.device_hours < best.device_hours * 0.999:
